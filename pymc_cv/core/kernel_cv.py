@@ -1,0 +1,119 @@
+"""Exact kernel control variates: control functionals, semi-exact CFs and vv-CVs.
+
+All three are one generalised-least-squares problem over the N = sum_t m_t
+draws of T tasks (notes-vvcv section 4.3).  Each draw n observes only its
+own task tau(n), so the matrix-valued Stein kernel K0 = B k0 reduces to the
+N x N matrix
+
+    G[n, n'] = B[tau(n), tau(n')] * k0(z_n, z_n'; s_tau(n)(z_n), s_tau(n')(z_n')),
+
+which needs only each draw's own-task score.  With a flat prior on the
+intercepts (and, for semi-exact CVs, on per-task polynomial coefficients),
+the intercepts are the GLS estimates
+
+    beta = (P' A^-1 P)^-1 P' A^-1 y,    A = G + nugget * I,
+
+one N x N Cholesky.  T = 1, B = 1 gives the control functional of Oates et
+al. (2017); adding Stein polynomial features to P gives the semi-exact CF
+of South et al. (2022).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg
+
+from .linalg import gls_solve
+from .polynomial import stein_polynomial_features
+
+__all__ = ["KernelCVFit", "design_matrix", "fit_kernel_cv", "stein_gram"]
+
+
+def design_matrix(X, S, tau, T, poly_order):
+    """Per-task intercepts, then per-task Stein polynomial features: shape (N, T (1 + q))."""
+    N = X.shape[0]
+    onehot = np.zeros((N, T))
+    onehot[np.arange(N), tau] = 1.0
+    if poly_order == 0:
+        return onehot
+    psi = stein_polynomial_features(X, S, poly_order)
+    blocks = [onehot] + [onehot[:, [t]] * psi for t in range(T)]
+    return np.concatenate(blocks, axis=1)
+
+
+def stein_gram(kernel, B, X, S, tau, X2=None, S2=None, tau2=None):
+    """The reduced vv-CV Gram matrix G (see module docstring); X2 given: the cross matrix."""
+    K = kernel.gram(X, S, X2, S2) if X2 is not None else kernel.gram(X, S)
+    tau2 = tau if X2 is None else tau2
+    if B.shape == (1, 1):
+        return K * B[0, 0] if B[0, 0] != 1.0 else K
+    K *= B[np.ix_(tau, tau2)]
+    return K
+
+
+@dataclass
+class KernelCVFit:
+    """A fitted kernel CV: the GLS coefficients and what is needed to evaluate it elsewhere."""
+
+    kernel: object
+    B: np.ndarray
+    nugget: float
+    poly_order: int
+    X: np.ndarray
+    S: np.ndarray
+    tau: np.ndarray
+    beta: np.ndarray  # (T (1 + q),)
+    coef: np.ndarray  # (N,)
+    beta_cov: np.ndarray  # (T (1 + q), T (1 + q)), GP-model posterior covariance of beta
+    chol: np.ndarray  # lower Cholesky factor of A = G + nugget I
+    nugget_abs: float  # the nugget added to the diagonal of G
+
+    @property
+    def T(self):
+        return self.B.shape[0]
+
+    @property
+    def intercepts(self):
+        """The CV estimates of the T integrals (in the units of the fitted values)."""
+        return self.beta[: self.T]
+
+    @property
+    def intercept_se(self):
+        """Model-based (Bayesian-quadrature) standard errors of the intercepts."""
+        return np.sqrt(np.diag(self.beta_cov)[: self.T])
+
+    def predictive_sd(self, X, S, tau):
+        """GP predictive sd (up to the amplitude) of f at new draws, to standardise residuals."""
+        Kx = stein_gram(self.kernel, self.B, X, S, tau, self.X, self.S, self.tau)
+        prior = self.kernel.diag(X, S) * np.diag(self.B)[tau] + self.nugget_abs
+        v = linalg.solve_triangular(self.chol, Kx.T, lower=True, check_finite=False)
+        return np.sqrt(np.maximum(prior - np.einsum("ij,ij->j", v, v), 1e-300))
+
+    def zero_mean_part(self, X, S, tau):
+        """g(x) minus its intercept for task tau: the part with zero mean under pi_tau."""
+        G = stein_gram(self.kernel, self.B, X, S, tau, self.X, self.S, self.tau)
+        g = G @ self.coef
+        if self.poly_order:
+            psi = stein_polynomial_features(X, S, self.poly_order)
+            q = psi.shape[1]
+            gamma = self.beta[self.T :].reshape(self.T, q)
+            g += np.einsum("nq,nq->n", psi, gamma[tau])
+        return g
+
+
+def fit_kernel_cv(X, S, y, tau, T, kernel, B, nugget, poly_order):
+    """Fit the exact kernel CV with fixed hyperparameters.
+
+    ``nugget`` is relative to the mean diagonal of the unscaled Stein Gram
+    matrix, so it means the same whatever the scale of the scores.
+    """
+    G = stein_gram(kernel, B, X, S, tau)
+    k0_scale = float(np.mean(np.diag(G) / np.diag(B)[tau]))
+    A = G
+    A[np.diag_indices_from(A)] += nugget * k0_scale
+    P = design_matrix(X, S, tau, T, poly_order)
+    beta, coef, L, beta_cov = gls_solve(A, P, y[:, None])
+    return KernelCVFit(kernel, B, nugget, poly_order, X, S, tau, beta[:, 0], coef[:, 0],
+                       beta_cov[:, :, 0], L, nugget * k0_scale)

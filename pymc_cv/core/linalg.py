@@ -1,0 +1,109 @@
+"""Generalised least squares with a kernel covariance, and its restricted likelihood.
+
+Every kernel CV here (control functionals, semi-exact CFs, vv-CVs) is the
+same problem: y = P beta + g + noise with g ~ GP(0, K0) and a flat prior on
+beta, where P holds the intercept(s) and, for semi-exact CVs, the Stein
+polynomial features.  The estimates are the intercepts in beta.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+
+__all__ = ["cholesky_jitter", "gls_solve", "restricted_loglik", "loo_residuals"]
+
+
+def cholesky_jitter(C, max_tries=8):
+    """Lower Cholesky factor of C, adding jitter * mean(diag C) to the diagonal only if needed.
+
+    Returns ``(L, jitter)``; raises ``ValueError`` if C is not finite or not
+    positive definite even with 1e-2 relative jitter.
+    """
+    if not np.all(np.isfinite(C)):
+        raise ValueError(
+            "The kernel matrix contains NaN or inf. Check that samples and scores are finite "
+            "and of moderate size (standardize=True helps), or pick another kernel."
+        )
+    scale = float(np.mean(np.diag(C)))
+    if not scale > 0:
+        raise ValueError("The kernel matrix has a non-positive diagonal; the kernel is degenerate.")
+    jitter = 0.0
+    for i in range(max_tries):
+        try:
+            A = C if jitter == 0.0 else C + (jitter * scale) * np.eye(C.shape[0])
+            return linalg.cholesky(A, lower=True, check_finite=False), jitter
+        except linalg.LinAlgError:
+            jitter = 1e-10 * 10.0 ** (i + 1) if jitter else 1e-10
+    raise ValueError(
+        "The kernel matrix is not positive definite even with jitter 1e-2 x its mean diagonal. "
+        "Duplicate draws or a lengthscale far too large are the usual causes; increase `nugget`."
+    )
+
+
+def gls_solve(C, P, Y):
+    """Generalised least squares of Y (N, k) on P (N, p) with covariance C.
+
+    Returns ``beta`` (p, k), ``coef`` = C^{-1} (Y - P beta) (N, k), the
+    Cholesky factor and ``beta_cov`` (p, p, k): the posterior covariance of
+    beta under the GP model with the amplitude of each column profiled,
+    s2 (P' C^-1 P)^-1 with s2 = y' Q y / (N - p).  Raises ``ValueError``
+    when P is rank deficient.
+    """
+    L, _ = cholesky_jitter(C)
+    CiP = linalg.cho_solve((L, True), P, check_finite=False)
+    CiY = linalg.cho_solve((L, True), Y, check_finite=False)
+    M = P.T @ CiP
+    try:
+        Mc = linalg.cho_factor(M, check_finite=False)
+    except linalg.LinAlgError:
+        raise ValueError(
+            "The polynomial/intercept design is rank deficient for these draws: use a lower "
+            "`poly_order` or more draws."
+        ) from None
+    beta = linalg.cho_solve(Mc, P.T @ CiY, check_finite=False)
+    coef = CiY - CiP @ beta
+    N, p = P.shape
+    s2 = np.einsum("nk,nk->k", Y, coef) / max(N - p, 1)
+    Minv = linalg.cho_solve(Mc, np.eye(p), check_finite=False)
+    beta_cov = Minv[:, :, None] * np.maximum(s2, 0.0)[None, None, :]
+    return beta, coef, L, beta_cov
+
+
+def restricted_loglik(C, P, y, profile_scale=True):
+    """Restricted (REML) log-likelihood of y ~ N(P beta, s2 C) with a flat prior on beta.
+
+    ``y`` may be (N,) or (N, k): k columns sharing C (summed log-likelihoods).
+
+    With ``profile_scale`` the amplitude s2 is maximised out in closed form,
+    so only the shape of C matters.  Returns ``(value, W, Q)``: the gradient
+    with respect to any parameter of C is ``0.5 * sum(W * dC)``, and ``Q``
+    is the REML projector, whose ``(Q y)_i / Q_ii`` are the exact
+    leave-one-out residuals of the GLS fit.
+    """
+    N, p = P.shape
+    L, jitter = cholesky_jitter(C)
+    Ci = linalg.cho_solve((L, True), np.eye(N), check_finite=False)
+    CiP = Ci @ P
+    M = P.T @ CiP
+    Mc = linalg.cho_factor(M, check_finite=False)
+    Q = Ci - CiP @ linalg.cho_solve(Mc, CiP.T, check_finite=False)
+    Yc = y[:, None] if y.ndim == 1 else y
+    q = Q @ Yc
+    yQy = np.einsum("nk,nk->k", Yc, q)
+    k = Yc.shape[1]
+    logdet = 2.0 * np.sum(np.log(np.diag(L))) + 2.0 * np.sum(np.log(np.diag(Mc[0])))
+    if profile_scale:
+        # each column gets its own amplitude; the kernel shape is shared
+        s2 = np.maximum(yQy / (N - p), 1e-300)
+        value = float(np.sum(-0.5 * (N - p) * np.log(s2)) - 0.5 * k * logdet)
+        W = (q / s2) @ q.T - k * Q
+    else:
+        value = float(-0.5 * np.sum(yQy) - 0.5 * k * logdet)
+        W = q @ q.T - k * Q
+    return value, W, Q
+
+
+def loo_residuals(Q, y):
+    """Exact leave-one-out residuals y_i - yhat_{-i}(x_i) of a GLS/kernel fit from its projector."""
+    return (Q @ y) / np.diag(Q)

@@ -1,0 +1,61 @@
+"""The result object returned by every estimator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["CVResult"]
+
+
+@dataclass
+class CVResult:
+    """Estimates of one or more integrals, with and without control variates.
+
+    Attributes are numpy arrays over integrands (``cv_estimate``) or tasks
+    (``vvcv_estimate``); 0-d when ``cv_estimate`` was given 1-d ``values``.
+
+    Attributes
+    ----------
+    estimate, se : the CV estimate and its standard error.
+    mc_estimate, mc_se : the plain (MC/MCMC) mean and its standard error.
+    method : the estimator used (``"mc"`` when a CV did not help under ``method="auto"``).
+    variance_reduction : (mc_se / se)^2, from held-out residuals; > 1 means the CV helped.
+    se_reliable : False where the held-out residuals look heavy-tailed (Pareto k-hat of the
+        squared residuals above 0.7); the se may then be too small.
+    khat : that k-hat (nan when it could not be computed).
+    B : the task matrix used (vv-CVs only).
+    notes : human-readable remarks (fallbacks, unreliable se, ...).
+    """
+
+    estimate: np.ndarray
+    se: np.ndarray
+    mc_estimate: np.ndarray
+    mc_se: np.ndarray
+    method: np.ndarray
+    variance_reduction: np.ndarray
+    se_reliable: np.ndarray
+    khat: np.ndarray
+    B: np.ndarray | None = None
+    hyperparameters: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    @property
+    def helps(self):
+        """Where the CV beat plain Monte Carlo on held-out draws."""
+        return np.asarray(self.variance_reduction) > 1.0
+
+    def __repr__(self):
+        est, se = np.atleast_1d(self.estimate), np.atleast_1d(self.se)
+        mc, mcse = np.atleast_1d(self.mc_estimate), np.atleast_1d(self.mc_se)
+        meth, vr = np.atleast_1d(self.method), np.atleast_1d(self.variance_reduction)
+        ok = np.atleast_1d(self.se_reliable)
+        lines = [f"{'':>4} {'estimate':>12} {'se':>10} {'mc_estimate':>12} {'mc_se':>10} {'var_red':>9}  method"]
+        for i in range(est.size):
+            flag = "" if ok[i] else "  (se unreliable)"
+            lines.append(
+                f"{i:>4} {est[i]:>12.6g} {se[i]:>10.3g} {mc[i]:>12.6g} {mcse[i]:>10.3g} {vr[i]:>9.3g}  {meth[i]}{flag}"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        return "CVResult\n" + "\n".join(lines)

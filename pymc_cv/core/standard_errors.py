@@ -1,0 +1,77 @@
+"""Monte Carlo standard errors of means of draws and of held-out CV residuals.
+
+The effective sample size comes from ArviZ (``az.ess``, method "mean", as
+``az.summary`` uses for ``mcse_mean``); nothing here re-implements it.
+The tail diagnostic is ArviZ's Pareto k-hat from PSIS.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+__all__ = ["effective_sample_size", "mcse_mean", "tail_khat", "block_folds", "KHAT_THRESHOLD"]
+
+KHAT_THRESHOLD = 0.7
+
+
+def _by_chain(x, chain):
+    labels, inverse = np.unique(chain, return_inverse=True)
+    return [x[inverse == i] for i in range(labels.size)]
+
+
+def effective_sample_size(x, chain=None):
+    """ESS of the mean of ``x`` (n,): n for independent draws, ArviZ's per-chain ESS for MCMC.
+
+    Capped at n, so antithetic chains never make the standard error smaller
+    than that of independent draws.
+    """
+    n = x.shape[0]
+    if chain is None:
+        return float(n)
+    import arviz as az
+
+    parts = _by_chain(x, chain)
+    lengths = {p.size for p in parts}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if len(lengths) == 1 and min(lengths) >= 4:
+            ess = float(az.ess(np.stack(parts), method="mean"))
+        else:  # ragged chains: sum of per-chain ESS
+            ess = float(sum(az.ess(p[None, :], method="mean") if p.size >= 4 else p.size for p in parts))
+    if not np.isfinite(ess):  # constant residuals
+        ess = float(n)
+    return float(np.clip(ess, 1.0, n))
+
+
+def mcse_mean(x, chain=None):
+    """Standard error of the mean of ``x``: sd / sqrt(ESS)."""
+    if x.shape[0] < 2:
+        return np.inf
+    return float(np.std(x, ddof=1) / np.sqrt(effective_sample_size(x, chain)))
+
+
+def tail_khat(resid):
+    """Pareto k-hat of the squared residuals (ArviZ's PSIS fit); nan when too few or all zero."""
+    r2 = np.asarray(resid, dtype=float) ** 2
+    if r2.size < 20 or not np.any(r2 > 0):
+        return np.nan
+    import arviz as az
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, khat = az.psislw(np.log(np.maximum(r2, np.max(r2) * 1e-300)))
+    return float(khat)
+
+
+def block_folds(n, chain, k):
+    """Fold label for each draw: contiguous blocks within each chain, so that
+    autocorrelated neighbours of a held-out draw are held out with it."""
+    folds = np.empty(n, dtype=int)
+    if chain is None:
+        chain = np.zeros(n, dtype=int)
+    for label in np.unique(chain):
+        idx = np.flatnonzero(chain == label)
+        folds[idx] = np.minimum((np.arange(idx.size) * k) // idx.size, k - 1)
+    return folds

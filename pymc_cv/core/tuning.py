@@ -1,0 +1,178 @@
+"""Hyperparameters of kernel CVs: restricted marginal likelihood with exact gradients.
+
+The kernel CV is the posterior mean of a Gaussian process with covariance
+s2 (B k0 + nugget I) and flat priors on the intercepts and polynomial
+coefficients, so its lengthscales, nugget and task matrix B are tuned by
+maximising the restricted (REML) likelihood with L-BFGS-B.  B is learned as
+B = L L' (diagonal of L through exp, so B stays positive definite).  The
+median heuristic is only a starting point: a multi-start over multiples of
+it picks where L-BFGS begins (FINDINGS: the heuristic itself can be 10-100x
+worse than a tuned lengthscale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+from .kernel_cv import design_matrix
+from .linalg import restricted_loglik
+
+__all__ = ["Hyperparameters", "tune_marginal_likelihood", "subsample_per_task"]
+
+_LOG_NUGGET_BOUNDS = (np.log(1e-10), np.log(1.0))
+_START_MULTIPLES = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+@dataclass
+class Hyperparameters:
+    kernel: object
+    nugget: float
+    B: np.ndarray
+    loglik: float
+
+
+def subsample_per_task(tau, T, max_points, rng):
+    """Indices of at most ``max_points`` draws, split across tasks in proportion to their size."""
+    N = tau.size
+    if N <= max_points:
+        return np.arange(N)
+    keep = []
+    for t in range(T):
+        idx = np.flatnonzero(tau == t)
+        k = max(int(round(max_points * idx.size / N)), 2)
+        keep.append(np.sort(rng.choice(idx, size=min(k, idx.size), replace=False)))
+    return np.concatenate(keep)
+
+
+def _tril_params(L):
+    i, j = np.tril_indices(L.shape[0])
+    vals = L[i, j].copy()
+    diag = i == j
+    vals[diag] = np.log(vals[diag])
+    return vals
+
+
+def _tril_matrix(params, T):
+    i, j = np.tril_indices(T)
+    L = np.zeros((T, T))
+    vals = params.copy()
+    diag = i == j
+    vals[diag] = np.exp(vals[diag])
+    L[i, j] = vals
+    return L
+
+
+def tune_marginal_likelihood(
+    kernel, X, S, y, tau, T, B, poly_order, nugget=1e-4, learn_B=False, tune_nugget=True
+):
+    """Tune the lengthscales (and nugget, and B if ``learn_B``) by REML.
+
+    With ``learn_B`` False, B is held fixed up to an overall scale (profiled
+    out).  With ``learn_B`` True, B is learned jointly with the lengthscales
+    from a start at the fixed-B optimum; the returned B is on the scale of
+    the standardised values.  Returns ``Hyperparameters``.
+    """
+    P = design_matrix(X, S, tau, T, poly_order)
+    N = X.shape[0]
+    if N - P.shape[1] < 2:
+        raise ValueError(
+            f"{N} draws cannot fit {P.shape[1]} intercept/polynomial coefficients; "
+            "use a lower poly_order or more draws."
+        )
+    Bmask = B[np.ix_(tau, tau)]
+    n_k = kernel.n_params
+
+    def fixed_objective(theta):
+        kern = kernel.with_log_params(theta[:n_k])
+        eta = np.exp(theta[n_k]) if tune_nugget else nugget
+        K, dKs = kern.gram_and_grads(X, S)
+        scale = float(np.mean(np.diag(K)))
+        C = Bmask * K
+        C[np.diag_indices(N)] += eta * scale
+        try:
+            value, W, _ = restricted_loglik(C, P, y, profile_scale=True)
+        except (ValueError, np.linalg.LinAlgError):
+            return np.inf, np.zeros_like(theta)
+        grad = []
+        for dK in dKs:
+            dC = Bmask * dK
+            # the nugget follows the mean diagonal of K, so it moves with the lengthscale too
+            grad.append(0.5 * (np.vdot(W, dC) + eta * np.mean(np.diag(dK)) * np.trace(W)))
+        if tune_nugget:
+            grad.append(0.5 * eta * scale * np.trace(W))
+        return -value, -np.asarray(grad)
+
+    theta0 = kernel.log_params()
+    if n_k or tune_nugget:
+        starts = []
+        for mult in _START_MULTIPLES if n_k else (1.0,):
+            th = np.concatenate([theta0 + np.log(mult), [np.log(nugget)] if tune_nugget else []])
+            starts.append((fixed_objective(th)[0], th))
+        start = min(starts, key=lambda s: s[0])[1]
+        bounds = [(t - np.log(50.0), t + np.log(50.0)) for t in theta0]
+        if tune_nugget:
+            bounds.append(_LOG_NUGGET_BOUNDS)
+        res = optimize.minimize(fixed_objective, start, jac=True, method="L-BFGS-B", bounds=bounds)
+        theta = res.x if np.isfinite(res.fun) else start
+    else:
+        theta = np.zeros(0)
+    kern = kernel.with_log_params(theta[:n_k])
+    eta = float(np.exp(theta[n_k])) if tune_nugget else nugget
+    best = Hyperparameters(kern, eta, B, -fixed_objective(theta)[0])
+    if not learn_B or T == 1:
+        return best
+    return _learn_task_matrix(best, X, S, y, tau, T, P, n_k)
+
+
+def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
+    """Joint REML over (log lengthscales, log nugget, L) with B = L L' and no profiled scale."""
+    N = X.shape[0]
+    K0, _ = start.kernel.gram_and_grads(X, S)
+    k_scale = float(np.mean(np.diag(K0)))
+    C0 = start.B[np.ix_(tau, tau)] * K0
+    C0[np.diag_indices(N)] += start.nugget * k_scale
+    # the profiled amplitude at the fixed-B optimum sets the starting scale of B
+    _, _, Q = restricted_loglik(C0, P, y, profile_scale=True)
+    s2 = float(y @ Q @ y) / (N - P.shape[1])
+    L0 = np.linalg.cholesky(s2 * start.B + 1e-12 * np.eye(T))
+    ti, tj = np.tril_indices(T)
+    onehot = np.zeros((N, T))
+    onehot[np.arange(N), tau] = 1.0
+
+    def objective(params):
+        kern = start.kernel.with_log_params(params[:n_k])
+        log_nug = params[n_k]
+        L = _tril_matrix(params[n_k + 1 :], T)
+        Bm = L @ L.T
+        K, dKs = kern.gram_and_grads(X, S)
+        C = Bm[np.ix_(tau, tau)] * K
+        C[np.diag_indices(N)] += np.exp(log_nug)
+        try:
+            value, W, _ = restricted_loglik(C, P, y, profile_scale=False)
+        except (ValueError, np.linalg.LinAlgError):
+            return np.inf, np.zeros_like(params)
+        grad = [0.5 * np.vdot(W, Bm[np.ix_(tau, tau)] * dK) for dK in dKs]
+        grad.append(0.5 * np.exp(log_nug) * np.trace(W))
+        # dB-contraction: M[t, t'] = sum over draws of tasks t, t' of W * K
+        M = onehot.T @ (W * K) @ onehot
+        gL = (M + M.T) @ L * 0.5
+        gvals = gL[ti, tj]
+        diag = ti == tj
+        gvals[diag] *= L[ti[diag], tj[diag]]
+        return -value, -np.concatenate([grad, gvals])
+
+    p0 = np.concatenate([start.kernel.log_params(), [np.log(start.nugget * k_scale * s2)], _tril_params(L0)])
+    bounds = [(t - np.log(50.0), t + np.log(50.0)) for t in p0[:n_k]]
+    bounds.append((p0[n_k] + np.log(1e-6), p0[n_k] + np.log(1e6)))
+    bounds += [(-20.0, 20.0) if a == b else (None, None) for a, b in zip(ti, tj)]
+    res = optimize.minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds)
+    params = res.x if np.isfinite(res.fun) and res.fun <= objective(p0)[0] else p0
+    kern = start.kernel.with_log_params(params[:n_k])
+    L = _tril_matrix(params[n_k + 1 :], T)
+    B = L @ L.T
+    K, _ = kern.gram_and_grads(X, S)
+    nugget_rel = float(np.exp(params[n_k]) / np.mean(np.diag(K)))
+    return Hyperparameters(kern, nugget_rel, B, -objective(params)[0])
