@@ -2,5 +2,6 @@
 
 from .estimate import cv_estimate
 from .result import CVResult
+from .vvcv import vvcv_estimate
 
-__all__ = ["cv_estimate", "CVResult"]
+__all__ = ["cv_estimate", "vvcv_estimate", "CVResult"]

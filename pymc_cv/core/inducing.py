@@ -60,8 +60,10 @@ def fit_inducing(X, S, y, tau, T, kernel, B, nugget, poly_order, inducing_idx):
     P = design_matrix(X, S, tau, T, poly_order)
     p = P.shape[1]
     F = np.concatenate([P, Knm], axis=1)
-    H = F.T @ F
-    H[p:, p:] += nugget * k0_scale * Kmm
-    H[np.diag_indices_from(H)] += 1e-12 * np.mean(np.diag(H))
-    sol = linalg.solve(H, F.T @ y, assume_a="sym", check_finite=False)
+    # least squares on [F; 0 sqrt(nugget) R] rather than normal equations, which square cond(F)
+    R = linalg.cholesky(Kmm + 1e-10 * np.mean(np.diag(Kmm)) * np.eye(Kmm.shape[0]), check_finite=False)
+    pen = np.concatenate([np.zeros((R.shape[0], p)), np.sqrt(nugget * k0_scale) * R], axis=1)
+    A = np.concatenate([F, pen], axis=0)
+    rhs = np.concatenate([y, np.zeros(R.shape[0])])
+    sol = linalg.lstsq(A, rhs, lapack_driver="gelsy", check_finite=False)[0]
     return InducingFit(kernel, B, poly_order, Z, SZ, tz, sol[:p], sol[p:])

@@ -95,7 +95,7 @@ def restricted_loglik(C, P, y, profile_scale=True):
     logdet = 2.0 * np.sum(np.log(np.diag(L))) + 2.0 * np.sum(np.log(np.diag(Mc[0])))
     if profile_scale:
         # each column gets its own amplitude; the kernel shape is shared
-        s2 = np.maximum(yQy / (N - p), 1e-300)
+        s2 = np.maximum(yQy / (N - p), 1e-150)
         value = float(np.sum(-0.5 * (N - p) * np.log(s2)) - 0.5 * k * logdet)
         W = (q / s2) @ q.T - k * Q
     else:

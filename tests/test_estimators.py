@@ -1,0 +1,167 @@
+"""cv_estimate against analytic truths under Gaussian targets."""
+
+import numpy as np
+import pytest
+
+import pymc_cv
+
+
+def gaussian_draws(n, d, seed, mean=None, sd=None):
+    rng = np.random.default_rng(seed)
+    mean = np.zeros(d) if mean is None else np.asarray(mean, float)
+    sd = np.ones(d) if sd is None else np.asarray(sd, float)
+    x = mean + sd * rng.normal(size=(n, d))
+    return x, -(x - mean) / sd**2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_zv2_exact_for_quadratic_integrands_under_any_gaussian(seed):
+    rng = np.random.default_rng(100 + seed)
+    d = 3
+    mean = rng.normal(size=d) * 5
+    A = rng.normal(size=(d, d))
+    cov = A @ A.T + 0.5 * np.eye(d)
+    x = rng.multivariate_normal(mean, cov, size=60)
+    score = -np.linalg.solve(cov, (x - mean).T).T
+    H = rng.normal(size=(d, d))
+    b = rng.normal(size=d)
+    f = np.einsum("ni,ij,nj->n", x, H, x) + x @ b + 3.0
+    truth = np.trace(H @ cov) + mean @ H @ mean + b @ mean + 3.0
+    res = pymc_cv.cv_estimate(f, x, score, method="zv2")
+    assert abs(res.estimate - truth) < 1e-8
+    assert res.se < 1e-8
+    assert res.method == "zv2"
+
+
+def test_several_integrands_at_once():
+    x, s = gaussian_draws(300, 2, 0)
+    F = np.column_stack([x[:, 0] ** 2, x[:, 1], x[:, 0] * x[:, 1] + 2.0])
+    res = pymc_cv.cv_estimate(F, x, s, method="zv2")
+    np.testing.assert_allclose(res.estimate, [1.0, 0.0, 2.0], atol=1e-10)
+    assert res.estimate.shape == (3,) and res.method.shape == (3,)
+
+
+@pytest.mark.parametrize("method", ["cf", "secf"])
+def test_kernel_cvs_cut_mc_error_tenfold(method):
+    truth = np.exp(-0.5)  # E[sin x1 + cos x2] under N(0, I)
+    cv_err, mc_err = [], []
+    for seed in range(12):
+        x, s = gaussian_draws(100, 2, seed)
+        f = np.sin(x[:, 0]) + np.cos(x[:, 1])
+        res = pymc_cv.cv_estimate(f, x, s, method=method)
+        cv_err.append(abs(res.estimate - truth))
+        mc_err.append(abs(res.mc_estimate - truth))
+    assert np.mean(cv_err) * 10 <= np.mean(mc_err)
+
+
+def test_auto_falls_back_to_mc_when_no_cv_helps():
+    # scores of the wrong target carry no information about f: no CV can beat MC
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 2))
+    f = rng.normal(size=80)  # pure noise, independent of x
+    res = pymc_cv.cv_estimate(f, x, -x, method="auto")
+    assert res.method == "mc"
+    assert res.estimate == res.mc_estimate
+    assert any("no control variate beat" in n for n in res.notes)
+
+
+def test_explicit_method_that_does_not_help_says_so():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(80, 2))
+    f = rng.normal(size=80)
+    res = pymc_cv.cv_estimate(f, x, -x, method="zv1")
+    if res.variance_reduction <= 1:
+        assert any("did not beat plain MC" in n for n in res.notes)
+    assert not (res.variance_reduction > 1 and any("did not beat" in n for n in res.notes))
+
+
+def test_standardisation_handles_wildly_different_scales():
+    # coordinates of scale 0.1 and 9e4 (as in Borehole); score magnitudes differ by 1e10
+    x, s = gaussian_draws(100, 2, 5, mean=[0.1, 89335.0], sd=[0.016, 20.0])
+    f = np.sin((x[:, 0] - 0.1) / 0.016) + ((x[:, 1] - 89335.0) / 20.0) ** 2
+    truth = 1.0
+    res = pymc_cv.cv_estimate(f, x, s, method="secf")
+    assert abs(res.estimate - truth) < 0.1 * abs(res.mc_estimate - truth) + 1e-6
+
+
+def test_mcmc_chain_labels_use_block_folds_and_arviz_ess():
+    # AR(1) chains targeting N(0, 1): the MC se must account for autocorrelation
+    rng = np.random.default_rng(2)
+    n, rho = 400, 0.9
+    x = np.empty((2, n))
+    for c in range(2):
+        x[c, 0] = rng.normal()
+        for i in range(1, n):
+            x[c, i] = rho * x[c, i - 1] + np.sqrt(1 - rho**2) * rng.normal()
+    xs = x.reshape(-1, 1)
+    chain = np.repeat([0, 1], n)
+    f = xs[:, 0] ** 2
+    res = pymc_cv.cv_estimate(f, xs, -xs, method="zv2", chain=chain)
+    iid = pymc_cv.cv_estimate(f, xs, -xs, method="mc")
+    assert res.mc_se > 2 * iid.mc_se  # ESS far below n for rho = 0.9
+    assert abs(res.estimate - 1.0) < 1e-8
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(values=np.ones(10), samples=np.ones((9, 2)), scores=np.ones((10, 2))), "same number of draws"),
+        (dict(values=np.ones(10), samples=np.ones((10, 2)), scores=np.ones((10, 3))), "shape of `samples`"),
+        (dict(values=np.r_[np.nan, np.ones(9)], samples=np.ones((10, 2)), scores=np.ones((10, 2))), "`values` has NaN"),
+        (dict(values=np.ones(10), samples=np.ones((10, 2)), scores=np.r_[[[np.inf, 0]], np.ones((9, 2))]), "divergent"),
+        (dict(values=np.ones(3), samples=np.ones((3, 2)), scores=np.ones((3, 2))), "at least 5 draws"),
+        (dict(values=np.ones((10, 2, 2)), samples=np.ones((10, 2)), scores=np.ones((10, 2))), "shape \\(n,\\) or \\(n, k\\)"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pymc_cv.cv_estimate(**kwargs)
+
+
+def test_bad_method_and_options_are_named():
+    x, s = gaussian_draws(20, 2, 0)
+    with pytest.raises(ValueError, match="method='nope'"):
+        pymc_cv.cv_estimate(x[:, 0], x, s, method="nope")
+    x3, s3 = gaussian_draws(8, 3, 0)  # zv2 in d = 3 has 9 features + intercept
+    with pytest.raises(ValueError, match="zv2 needs more than"):
+        pymc_cv.cv_estimate(x3[:, 0], x3, s3, method="zv2", zv_penalty=None)
+    with pytest.raises(ValueError, match="chain"):
+        pymc_cv.cv_estimate(x[:, 0], x, s, chain=np.zeros(5))
+
+
+def test_lasso_zv_in_high_dimension():
+    d, n = 30, 40  # zv2 has 495 features: far more than draws
+    x, s = gaussian_draws(n, d, 3)
+    f = x[:, 0] ** 2 + 0.5 * x[:, 1]
+    res = pymc_cv.cv_estimate(f, x, s, method="zv2")
+    assert res.hyperparameters[0]["penalty"] == "lasso"
+    assert abs(res.estimate - 1.0) < 0.5 * abs(res.mc_estimate - 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["cf", "secf"])
+def test_coverage_of_the_reported_se_on_a_bounded_smooth_integrand(method):
+    """200 replications, d = 2, n = 100: the 95% interval covers 90-99.9% and se <= 3x rmse."""
+    truth = np.exp(-0.5)
+    err, se, flagged = [], [], []
+    for rep in range(200):
+        x, s = gaussian_draws(100, 2, 1000 + rep)
+        res = pymc_cv.cv_estimate(np.sin(x[:, 0]) + np.cos(x[:, 1]), x, s, method=method)
+        err.append(res.estimate - truth), se.append(res.se), flagged.append(not res.se_reliable)
+    err, se = np.array(err), np.array(se)
+    coverage = np.mean(np.abs(err) <= 1.96 * se)
+    rmse = np.sqrt(np.mean(err**2))
+    assert 0.90 <= coverage <= 0.999 or (coverage == 1.0 and np.sqrt(np.mean(se**2)) < 3 * rmse)
+    assert np.sqrt(np.mean(se**2)) <= 3 * rmse
+    assert np.mean(flagged) < 0.2
+
+
+@pytest.mark.slow
+def test_heavy_tailed_residuals_are_flagged():
+    """exp(x/2) under N(0, 1): the kernel fit reverts to a constant in the tails; the se is flagged."""
+    flagged = []
+    for rep in range(30):
+        x, s = gaussian_draws(100, 2, 2000 + rep)
+        res = pymc_cv.cv_estimate(np.exp(0.5 * x[:, 0]), x, s, method="cf")
+        flagged.append(not res.se_reliable)
+    assert np.mean(flagged) > 0.7
