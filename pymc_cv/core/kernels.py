@@ -64,8 +64,8 @@ def median_heuristic(X):
 
 
 @dataclass(frozen=True)
-class _Radial:
-    """Radial kernel phi(sum_j (x_j - y_j)^2 / l_j^2); subclasses give phi and its derivatives."""
+class _Lengthscaled:
+    """A kernel whose tunable parameters are its log-lengthscales (one, or one per dimension)."""
 
     lengthscale: np.ndarray = field(default_factory=lambda: np.ones(1))
 
@@ -78,6 +78,11 @@ class _Radial:
 
     def with_log_params(self, theta):
         return replace(self, lengthscale=np.exp(np.asarray(theta, dtype=float)))
+
+
+@dataclass(frozen=True)
+class _Radial(_Lengthscaled):
+    """Radial kernel phi(sum_j (x_j - y_j)^2 / l_j^2); subclasses give phi and its derivatives."""
 
     def _a(self, d):
         ell = np.atleast_1d(np.asarray(self.lengthscale, dtype=float))
@@ -188,7 +193,7 @@ class InverseMultiquadric(_Radial):
 
 
 @dataclass(frozen=True)
-class PreconditionedSquaredExponential:
+class PreconditionedSquaredExponential(_Lengthscaled):
     """The kernel of Oates et al. (2017): SE(x, y; l) / ((1 + alpha |x|^2)(1 + alpha |y|^2)).
 
     With q(x) = 1 / (1 + alpha |x|^2), the Stein kernel of q(x) q(y) kappa(x, y)
@@ -197,18 +202,7 @@ class PreconditionedSquaredExponential:
     during tuning; only the lengthscale is learned.
     """
 
-    lengthscale: np.ndarray = field(default_factory=lambda: np.ones(1))
     alpha: float = 0.1
-
-    @property
-    def n_params(self):
-        return np.size(self.lengthscale)
-
-    def log_params(self):
-        return np.log(np.atleast_1d(self.lengthscale).astype(float))
-
-    def with_log_params(self, theta):
-        return replace(self, lengthscale=np.exp(np.asarray(theta, dtype=float)))
 
     def _shift(self, X, SX):
         r2 = np.einsum("ij,ij->i", X, X)
