@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .kernel_cv import design_matrix, stein_gram
-from .polynomial import stein_polynomial_features
+from .kernel_cv import design_matrix, polynomial_part, stein_gram
 
 __all__ = ["InducingFit", "fit_inducing"]
 
@@ -43,11 +42,7 @@ class InducingFit:
 
     def zero_mean_part(self, X, S, tau):
         g = stein_gram(self.kernel, self.B, X, S, tau, self.Z, self.SZ, self.tau_z) @ self.coef
-        if self.poly_order:
-            psi = stein_polynomial_features(X, S, self.poly_order)
-            gamma = self.beta[self.T :].reshape(self.T, psi.shape[1])
-            g += np.einsum("nq,nq->n", psi, gamma[tau])
-        return g
+        return g + polynomial_part(self.beta, self.T, self.poly_order, X, S, tau)
 
 
 def fit_inducing(X, S, y, tau, T, kernel, B, nugget, poly_order, inducing_idx):

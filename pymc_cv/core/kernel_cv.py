@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .linalg import gls_solve
+from .linalg import gls_solve, loo_residuals, reml_projector
 from .polynomial import stein_polynomial_features
 
-__all__ = ["KernelCVFit", "design_matrix", "fit_kernel_cv", "stein_gram"]
+__all__ = ["KernelCVFit", "design_matrix", "fit_kernel_cv", "polynomial_part", "stein_gram"]
 
 
 def design_matrix(X, S, tau, T, poly_order):
@@ -41,6 +41,16 @@ def design_matrix(X, S, tau, T, poly_order):
     psi = stein_polynomial_features(X, S, poly_order)
     blocks = [onehot] + [onehot[:, [t]] * psi for t in range(T)]
     return np.concatenate(blocks, axis=1)
+
+
+def polynomial_part(beta, T, poly_order, X, S, tau):
+    """The Stein-polynomial part of g (zero mean under pi_tau): per-task coefficients after the
+    T intercepts in ``beta``."""
+    if not poly_order:
+        return 0.0
+    psi = stein_polynomial_features(X, S, poly_order)
+    gamma = beta[T:].reshape(T, psi.shape[1])
+    return np.einsum("nq,nq->n", psi, gamma[tau])
 
 
 def stein_gram(kernel, B, X, S, tau, X2=None, S2=None, tau2=None):
@@ -94,13 +104,13 @@ class KernelCVFit:
     def zero_mean_part(self, X, S, tau):
         """g(x) minus its intercept for task tau: the part with zero mean under pi_tau."""
         G = stein_gram(self.kernel, self.B, X, S, tau, self.X, self.S, self.tau)
-        g = G @ self.coef
-        if self.poly_order:
-            psi = stein_polynomial_features(X, S, self.poly_order)
-            q = psi.shape[1]
-            gamma = self.beta[self.T :].reshape(self.T, q)
-            g += np.einsum("nq,nq->n", psi, gamma[tau])
-        return g
+        return G @ self.coef + polynomial_part(self.beta, self.T, self.poly_order, X, S, tau)
+
+    def loo_residuals(self, y):
+        """Exact leave-one-out residuals of this fit on its own draws (``y`` as fitted), raw and
+        standardised by their GP predictive sd; reuses the fit's Cholesky factor."""
+        Q, _ = reml_projector(self.chol, design_matrix(self.X, self.S, self.tau, self.T, self.poly_order))
+        return loo_residuals(Q, y)
 
 
 def fit_kernel_cv(X, S, y, tau, T, kernel, B, nugget, poly_order):

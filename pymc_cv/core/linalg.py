@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-__all__ = ["cholesky_jitter", "gls_solve", "restricted_loglik", "loo_residuals"]
+__all__ = ["cholesky_jitter", "gls_solve", "restricted_loglik", "reml_projector", "loo_residuals"]
 
 
 def cholesky_jitter(C, max_tries=8):
@@ -82,12 +82,8 @@ def restricted_loglik(C, P, y, profile_scale=True):
     leave-one-out residuals of the GLS fit.
     """
     N, p = P.shape
-    L, jitter = cholesky_jitter(C)
-    Ci = linalg.cho_solve((L, True), np.eye(N), check_finite=False)
-    CiP = Ci @ P
-    M = P.T @ CiP
-    Mc = linalg.cho_factor(M, check_finite=False)
-    Q = Ci - CiP @ linalg.cho_solve(Mc, CiP.T, check_finite=False)
+    L, _ = cholesky_jitter(C)
+    Q, Mc = reml_projector(L, P)
     Yc = y[:, None] if y.ndim == 1 else y
     q = Q @ Yc
     yQy = np.einsum("nk,nk->k", Yc, q)
@@ -104,6 +100,17 @@ def restricted_loglik(C, P, y, profile_scale=True):
     return value, W, Q
 
 
+def reml_projector(L, P):
+    """Q = C^-1 - C^-1 P (P' C^-1 P)^-1 P' C^-1 from the Cholesky factor L of C; also the
+    Cholesky factor of P' C^-1 P."""
+    Ci = linalg.cho_solve((L, True), np.eye(L.shape[0]), check_finite=False)
+    CiP = Ci @ P
+    Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
+    return Ci - CiP @ linalg.cho_solve(Mc, CiP.T, check_finite=False), Mc
+
+
 def loo_residuals(Q, y):
-    """Exact leave-one-out residuals y_i - yhat_{-i}(x_i) of a GLS/kernel fit from its projector."""
-    return (Q @ y) / np.diag(Q)
+    """Exact leave-one-out residuals y_i - yhat_{-i}(x_i) of a GLS/kernel fit from its projector,
+    and the same standardised by their GP predictive sd (proportional to 1 / sqrt(Q_ii))."""
+    Qy, dQ = Q @ y, np.diag(Q)
+    return Qy / dQ, Qy / np.sqrt(dQ)

@@ -19,10 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from .inducing import fit_inducing
-from .kernel_cv import design_matrix, fit_kernel_cv, stein_gram
+from .kernel_cv import fit_kernel_cv
 from .kernels import make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
-from .linalg import loo_residuals, restricted_loglik
 from .polynomial import n_polynomial_features
 from .result import CVResult
 from .standard_errors import block_folds, mcse_mean
@@ -259,20 +258,15 @@ def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tun
         if solver == "inducing":
             sub = np.flatnonzero(train)
             ind = sub[subsample_per_task(tau[sub], T, n_inducing, rng)]
-            return fit_inducing(X, S, y, tau, T, kern, B, nug, order, ind) if train.all() else \
-                fit_inducing(X[train], S[train], y[train], tau[train], T, kern, B, nug, order,
-                             np.searchsorted(sub, ind))
+            return fit_inducing(X[train], S[train], y[train], tau[train], T, kern, B, nug, order,
+                                np.searchsorted(sub, ind))
         return fit_kernel_cv(X[train], S[train], y[train], tau[train], T, kern, B, nug, order)
 
     full = fit(np.ones(N, dtype=bool))
     se_model = full.intercept_se if solver == "exact" else None
     iid = all(c is None for c in chains)
     if solver == "exact" and iid and N <= 4000:
-        G = stein_gram(kern, B, X, S, tau)
-        G[np.diag_indices(N)] += nug * float(np.mean(np.diag(G) / np.diag(B)[tau]))
-        _, _, Q = restricted_loglik(G, design_matrix(X, S, tau, T, order), y)
-        r = loo_residuals(Q, y)
-        z = (Q @ y) / np.sqrt(np.diag(Q))
+        r, z = full.loo_residuals(y)
     else:
         labels = np.empty(N, dtype=int)
         for t in range(T):
