@@ -111,17 +111,18 @@ def tune_marginal_likelihood(
         for mult in _START_MULTIPLES if n_k else (1.0,):
             th = np.concatenate([theta0 + np.log(mult), [np.log(nugget)] if tune_nugget else []])
             starts.append((fixed_objective(th)[0], th))
-        start = min(starts, key=lambda s: s[0])[1]
+        f_start, start = min(starts, key=lambda s: s[0])
         bounds = [(t - np.log(50.0), t + np.log(50.0)) for t in theta0]
         if tune_nugget:
             bounds.append(_LOG_NUGGET_BOUNDS)
         res = optimize.minimize(fixed_objective, start, jac=True, method="L-BFGS-B", bounds=bounds)
-        theta = res.x if np.isfinite(res.fun) else start
+        theta, f_theta = (res.x, res.fun) if np.isfinite(res.fun) else (start, f_start)
     else:
         theta = np.zeros(0)
+        f_theta = fixed_objective(theta)[0]
     kern = kernel.with_log_params(theta[:n_k])
     eta = float(np.exp(theta[n_k])) if tune_nugget else nugget
-    best = Hyperparameters(kern, eta, B, -fixed_objective(theta)[0])
+    best = Hyperparameters(kern, eta, B, -f_theta)
     if not learn_B or T == 1:
         return best
     return _learn_task_matrix(best, X, S, y, tau, T, P, n_k)
@@ -130,7 +131,7 @@ def tune_marginal_likelihood(
 def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
     """Joint REML over (log lengthscales, log nugget, L) with B = L L' and no profiled scale."""
     N = X.shape[0]
-    K0, _ = start.kernel.gram_and_grads(X, S)
+    K0 = start.kernel.gram(X, S)
     k_scale = float(np.mean(np.diag(K0)))
     C0 = start.B[np.ix_(tau, tau)] * K0
     C0[np.diag_indices(N)] += start.nugget * k_scale
@@ -168,11 +169,11 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
     bounds = [(t - np.log(50.0), t + np.log(50.0)) for t in p0[:n_k]]
     bounds.append((p0[n_k] + np.log(1e-6), p0[n_k] + np.log(1e6)))
     bounds += [(-20.0, 20.0) if a == b else (None, None) for a, b in zip(ti, tj)]
+    f0 = objective(p0)[0]
     res = optimize.minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds)
-    params = res.x if np.isfinite(res.fun) and res.fun <= objective(p0)[0] else p0
+    params, f = (res.x, res.fun) if np.isfinite(res.fun) and res.fun <= f0 else (p0, f0)
     kern = start.kernel.with_log_params(params[:n_k])
     L = _tril_matrix(params[n_k + 1 :], T)
     B = L @ L.T
-    K, _ = kern.gram_and_grads(X, S)
-    nugget_rel = float(np.exp(params[n_k]) / np.mean(np.diag(K)))
-    return Hyperparameters(kern, nugget_rel, B, -objective(params)[0])
+    nugget_rel = float(np.exp(params[n_k]) / np.mean(kern.diag(X, S)))
+    return Hyperparameters(kern, nugget_rel, B, -f)
