@@ -4,8 +4,8 @@ The kernel CV is the posterior mean of a Gaussian process with covariance
 s2 (B k0 + nugget I) and flat priors on the intercepts and polynomial
 coefficients, so its lengthscales, nugget and task matrix B are tuned by
 maximising the restricted (REML) likelihood with L-BFGS-B: the kernel with
-B fixed (the identity when B is to be learned), then B = L L' (diagonal of
-L through exp, so B stays positive definite) with the kernel held fixed.  The
+B fixed (the identity when B is to be learned), then jointly with B = L L'
+(diagonal of L through exp, so B stays positive definite).  The
 median heuristic is only a starting point: a multi-start over multiples of
 it picks where L-BFGS begins (FINDINGS: the heuristic itself can be 10-100x
 worse than a tuned lengthscale).
@@ -130,21 +130,22 @@ def tune_marginal_likelihood(
     best = Hyperparameters(kern, eta, B, -f_theta)
     if not learn_B or T == 1:
         return best
-    return _learn_task_matrix(best, X, S, y, tau, T, P)
+    return _learn_task_matrix(best, X, S, y, tau, T, P, n_k)
 
 
-def _learn_task_matrix(start, X, S, y, tau, T, P):
-    """REML over (log nugget, L) with B = L L', the kernel fixed at its B = I optimum (as the paper
-    tunes lengthscales with B = I), so the Stein Gram matrix is computed once."""
+def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
+    """Joint REML over (log lengthscales, log nugget, L) with B = L L', from the fixed-B optimum.
+
+    L is optimised in units of sqrt(s2), the profiled amplitude at the start, so its entries
+    are O(1) like the log-parameters.
+    """
     N = X.shape[0]
-    K = start.kernel.gram(X, S)
-    k_scale = float(np.mean(np.diag(K)))
-    C0 = start.B[np.ix_(tau, tau)] * K
+    K0 = start.kernel.gram(X, S)
+    k_scale = float(np.mean(np.diag(K0)))
+    C0 = start.B[np.ix_(tau, tau)] * K0
     C0[np.diag_indices(N)] += start.nugget * k_scale
-    # the profiled amplitude at the fixed-B optimum sets the starting scale of B
     _, _, Q = restricted_loglik(C0, P, y, profile_scale=True)
     s2 = float(y @ Q @ y) / (N - P.shape[1])
-    # L is optimised in units of sqrt(s2), so its entries are O(1) like the log-nugget
     L0 = np.linalg.cholesky(start.B + 1e-12 * np.eye(T))
     ti, tj = np.tril_indices(T)
     diag = ti == tj
@@ -152,28 +153,38 @@ def _learn_task_matrix(start, X, S, y, tau, T, P):
     onehot[np.arange(N), tau] = 1.0
 
     def objective(params):
-        log_nug = params[0]
-        L = _tril_matrix(params[1:], T)
-        C = (s2 * (L @ L.T))[np.ix_(tau, tau)] * K
+        kern = start.kernel.with_log_params(params[:n_k])
+        log_nug = params[n_k]
+        L = _tril_matrix(params[n_k + 1 :], T)
+        Bm = (s2 * (L @ L.T))[np.ix_(tau, tau)]
+        K, dKs = kern.gram_and_grads(X, S)
+        C = Bm * K
         C[np.diag_indices(N)] += np.exp(log_nug)
         try:
             value, W, _ = restricted_loglik(C, P, y, profile_scale=False, allow_jitter=False)
         except (ValueError, np.linalg.LinAlgError):
             return np.inf, np.zeros_like(params)
+        WB = W * Bm
+        grad = [0.5 * np.vdot(WB, dK) for dK in dKs]
+        grad.append(0.5 * np.exp(log_nug) * np.trace(W))
         # dB-contraction: M[t, t'] = sum over draws of tasks t, t' of W * K
         M = onehot.T @ (W * K) @ onehot
         gvals = ((M + M.T) @ L * (0.5 * s2))[ti, tj]
         gvals[diag] *= L[ti[diag], tj[diag]]
-        return -value, -np.concatenate([[0.5 * np.exp(log_nug) * np.trace(W)], gvals])
+        return -value, -np.concatenate([grad, gvals])
 
-    p0 = np.concatenate([[np.log(start.nugget * k_scale * s2)], _tril_params(L0)])
+    theta0 = start.kernel.log_params()
+    p0 = np.concatenate([theta0, [np.log(start.nugget * k_scale * s2)], _tril_params(L0)])
+    bounds = [(t - np.log(50.0), t + np.log(50.0)) for t in theta0]
     # the same floor as the fixed-B stage: nugget >= 1e-10 x the mean diagonal of B k0
     floor = _LOG_NUGGET_BOUNDS[0] + np.log(k_scale * s2 * np.mean(np.diag(start.B)))
-    bounds = [(max(p0[0] + np.log(1e-6), floor), p0[0] + np.log(1e6))]
+    bounds.append((max(p0[n_k] + np.log(1e-6), floor), p0[n_k] + np.log(1e6)))
     bounds += [(-20.0, 20.0) if a == b else (None, None) for a, b in zip(ti, tj)]
     f0 = objective(p0)[0]
     res = optimize.minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds,
-                                options=_LBFGS_OPTIONS)
+                            options=_LBFGS_OPTIONS)
     params, f = (res.x, res.fun) if np.isfinite(res.fun) and res.fun <= f0 else (p0, f0)
-    L = _tril_matrix(params[1:], T)
-    return Hyperparameters(start.kernel, float(np.exp(params[0]) / k_scale), s2 * (L @ L.T), -f)
+    kern = start.kernel.with_log_params(params[:n_k])
+    L = _tril_matrix(params[n_k + 1 :], T)
+    nugget_rel = float(np.exp(params[n_k]) / np.mean(kern.diag(X, S)))
+    return Hyperparameters(kern, nugget_rel, s2 * (L @ L.T), -f)
