@@ -20,7 +20,7 @@ from .linalg import loo_residuals, restricted_loglik
 from .polynomial import n_polynomial_features, stein_polynomial_features
 from .result import CVResult
 from .standard_errors import KHAT_THRESHOLD, block_folds, mcse_mean
-from .uncertainty import combine_se, reliability
+from .uncertainty import combine_se, reliability, roundoff_floor
 from .standardize import Standardizer
 from .tuning import subsample_per_task, tune_marginal_likelihood
 from .validation import check_chain, check_task
@@ -158,7 +158,7 @@ def cv_estimate(
     zv_penalty="auto",
     standardize=True,
     folds=10,
-    max_tune_points=500,
+    max_tune_points=400,
     random_seed=0,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
@@ -251,7 +251,7 @@ def cv_estimate(
         best = ("mc", mc, mcse, mcse, True, np.nan, None)
         if scale == 0.0:
             candidates_j = []  # a constant integrand is known exactly
-            best = ("mc", mc, 0.0, 0.0, True, np.nan, None)
+            best = ("mc", mc, roundoff_floor(y_raw), 0.0, True, np.nan, None)
         else:
             candidates_j = candidates
         y = (y_raw - loc) / scale if scale > 0 else y_raw
@@ -267,7 +267,7 @@ def cv_estimate(
                 notes.append(f"integrand {j}: {name} skipped ({err})")
                 continue
             se_held = mcse_mean(resid * scale, chain)
-            se = combine_se(info.get("se_model", np.nan) * scale, se_held, chain)
+            se = max(combine_se(info.get("se_model", np.nan) * scale, se_held, chain), roundoff_floor(y_raw))
             reliable, khat = reliability(z)
             tried.append((name, loc + scale * est, se, se_held, reliable, khat, info))
         if tried:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
+from scipy import linalg, optimize
 
 from .kernel_cv import design_matrix
 from .linalg import restricted_loglik
@@ -28,6 +28,9 @@ _START_MULTIPLES = (0.5, 1.0, 2.0, 4.0, 8.0)
 # CV fits interpolate noise-free integrands, so the nugget sits near its floor and the REML
 # carries round-off of ~1e-6 relative; a tighter tolerance only buys failed line searches
 _LBFGS_OPTIONS = {"ftol": 1e-7, "maxiter": 200}
+# when tasks are (nearly) the same function the likelihood creeps up a ridge towards correlation 1
+# for hundreds of iterations while the estimates no longer move; stop the joint stage earlier
+_LBFGS_OPTIONS_JOINT = {"ftol": 1e-7, "maxiter": 100}
 
 
 @dataclass
@@ -134,7 +137,8 @@ def tune_marginal_likelihood(
 
 
 def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
-    """Joint REML over (log lengthscales, log nugget, L) with B = L L', from the fixed-B optimum.
+    """Joint REML over (log lengthscales, log nugget, L) with B = L L', from the fixed-B optimum,
+    with a weak LKJ(2) prior on the task correlations (a MAP estimate of B).
 
     L is optimised in units of sqrt(s2), the profiled amplitude at the start, so its entries
     are O(1) like the log-parameters.
@@ -156,7 +160,8 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
         kern = start.kernel.with_log_params(params[:n_k])
         log_nug = params[n_k]
         L = _tril_matrix(params[n_k + 1 :], T)
-        Bm = (s2 * (L @ L.T))[np.ix_(tau, tau)]
+        Bfull = s2 * (L @ L.T)
+        Bm = Bfull[np.ix_(tau, tau)]
         K, dKs = kern.gram_and_grads(X, S)
         C = Bm * K
         C[np.diag_indices(N)] += np.exp(log_nug)
@@ -167,9 +172,17 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
         WB = W * Bm
         grad = [0.5 * np.vdot(WB, dK) for dK in dKs]
         grad.append(0.5 * np.exp(log_nug) * np.trace(W))
+        # LKJ(2) prior on the task correlations R: log det R = log det B - sum_t log B_tt; it keeps
+        # B away from singular when two tasks are (nearly) the same function, where the
+        # likelihood alone climbs towards correlation 1 for ever
+        Bd = np.diag(Bfull)
+        value += 2.0 * np.sum(np.log(np.diag(L))) + T * np.log(s2) - np.sum(np.log(Bd))
+        Linv = linalg.solve_triangular(L, np.eye(T), lower=True, check_finite=False)
+        G = (Linv.T @ Linv) / s2 - np.diag(1.0 / Bd)  # d log det R / dB, B^-1 through L
         # dB-contraction: M[t, t'] = sum over draws of tasks t, t' of W * K
         M = onehot.T @ (W * K) @ onehot
-        gvals = ((M + M.T) @ L * (0.5 * s2))[ti, tj]
+        A = 0.5 * M + G
+        gvals = ((A + A.T) @ L * s2)[ti, tj]
         gvals[diag] *= L[ti[diag], tj[diag]]
         return -value, -np.concatenate([grad, gvals])
 
@@ -182,7 +195,7 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
     bounds += [(-20.0, 20.0) if a == b else (None, None) for a, b in zip(ti, tj)]
     f0 = objective(p0)[0]
     res = optimize.minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds,
-                            options=_LBFGS_OPTIONS)
+                            options=_LBFGS_OPTIONS_JOINT)
     params, f = (res.x, res.fun) if np.isfinite(res.fun) and res.fun <= f0 else (p0, f0)
     kern = start.kernel.with_log_params(params[:n_k])
     L = _tril_matrix(params[n_k + 1 :], T)

@@ -22,7 +22,15 @@ import numpy as np
 
 from .standard_errors import KHAT_THRESHOLD, tail_khat
 
-__all__ = ["combine_se", "reliability"]
+__all__ = ["combine_se", "reliability", "roundoff_floor"]
+
+
+def roundoff_floor(values):
+    """The smallest honest se for a mean of these values: floating-point summation round-off,
+    eps * sqrt(n) * (|mean| + sd).  An exact CV (ZV-2 on a quadratic) otherwise reports an se far
+    below the 1-ulp error it actually has."""
+    v = np.asarray(values, dtype=float)
+    return float(np.finfo(float).eps * np.sqrt(v.size) * (abs(v.mean()) + v.std()))
 
 
 def combine_se(se_model, se_heldout, chain):

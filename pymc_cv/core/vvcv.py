@@ -27,7 +27,7 @@ from .result import CVResult
 from .standard_errors import block_folds, mcse_mean
 from .standardize import Standardizer
 from .tuning import subsample_per_task, tune_marginal_likelihood
-from .uncertainty import combine_se, reliability
+from .uncertainty import combine_se, reliability, roundoff_floor
 from .validation import check_B, check_chain, check_task
 
 __all__ = ["vvcv_estimate"]
@@ -68,7 +68,7 @@ def vvcv_estimate(
     exact_max_n=10000,
     n_inducing=2000,
     folds=5,
-    max_tune_points=600,
+    max_tune_points=400,
     fallback=True,
     random_seed=0,
 ):
@@ -192,11 +192,12 @@ def vvcv_estimate(
     for t in range(T):
         r = resid[t] * scales[t]
         se_held = mcse_mean(r, chains[t])
-        se_t = combine_se(se_model[t] * scales[t] if se_model is not None else np.nan, se_held, chains[t])
+        se_t = max(combine_se(se_model[t] * scales[t] if se_model is not None else np.nan, se_held, chains[t]),
+                   roundoff_floor(ys[t]))
         vr_t = (mcse[t] / se_held) ** 2 if se_held > 0 else np.inf
         rel, kh = reliability(zs[t])
         if ys[t].std() == 0:
-            se_t, vr_t, rel = 0.0, np.inf, True
+            se_t, vr_t, rel = roundoff_floor(ys[t]), np.inf, True
         meth = f"vvcv-{solver_used}"
         if fallback and vr_t <= 1.0:
             notes.append(f"task {t}: the vv-CV did not beat MC on held-out draws "
