@@ -1,6 +1,6 @@
 """Time of the exact vv-CV with fixed hyperparameters against one numpy Cholesky of its N x N matrix.
 
-Also the time of a full ``vvcv_estimate`` (hyperparameter learning on at most 600 draws, learned B,
+Also the time of a full ``vvcv_estimate`` (hyperparameter learning on at most 400 draws, learned B,
 held-out check) against the same Cholesky.  T = 2 tasks, d = 4.
 Usage: python bench/vvcv_timing.py [N ...]
 """

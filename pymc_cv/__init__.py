@@ -1,6 +1,16 @@
 """pymc-cv: Stein control variates for PyMC and Stan posterior draws."""
 
 from .core import CVResult, cv_estimate, vvcv_estimate
+from .summary import summary
+
+
+def compute_scores(idata, model, **kwargs):
+    """Add unconstrained draws and scores of a PyMC ``model`` to ``idata``; see
+    :func:`pymc_cv.adapters.pymc.compute_scores` (imported lazily: PyMC is heavy)."""
+    from .adapters.pymc import compute_scores as _compute_scores
+
+    return _compute_scores(idata, model, **kwargs)
+
 
 __version__ = "0.1.0"
-__all__ = ["cv_estimate", "vvcv_estimate", "CVResult", "__version__"]
+__all__ = ["cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "__version__"]

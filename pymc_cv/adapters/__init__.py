@@ -1,0 +1,1 @@
+"""Adapters that turn a PyMC model or a Stan fit into draws and scores on the unconstrained space."""

@@ -1,0 +1,180 @@
+"""Scores of a PyMC model at every posterior draw, on the unconstrained space.
+
+The gradient of ``model.logp(jacobian=True)`` with respect to the value variables is
+compiled once and vectorised over a leading draw axis (``vectorize_graph``), so all draws
+are evaluated in one call (FINDINGS: ~75x faster than a loop over ``compile_dlogp``).  Draws
+on the unconstrained space are taken from the posterior when it already holds the value
+variables (``idata_kwargs={"include_transformed": True}``), and otherwise computed from the
+constrained draws with the model's own transforms, vectorised the same way.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..groups import with_cv_groups
+
+__all__ = ["compute_scores"]
+
+_CHUNK = 20_000  # draws per batched call, to bound memory on very long runs
+
+
+def _check_model(model):
+    discrete = [rv.name for rv in model.free_RVs if rv.type.dtype.startswith(("int", "uint", "bool"))]
+    if discrete:
+        raise ValueError(
+            f"The model has discrete free variables {discrete}: they have no gradient, and Stein "
+            "control variates need continuous parameters. Marginalize them out (e.g. "
+            "pymc_extras.marginalize) or condition on them with pm.observe / pm.do, then resample."
+        )
+
+
+def _batched(fn_inputs, outputs, replace):
+    import pytensor
+    from pytensor.graph.replace import vectorize_graph
+
+    batched = vectorize_graph(outputs, replace=replace)
+    return pytensor.function(fn_inputs, batched, on_unused_input="ignore")
+
+
+def _batch_input(var):
+    import pytensor.tensor as pt
+
+    return pt.tensor(dtype=var.dtype, shape=(None,) + var.type.shape, name=f"{var.name}_draws")
+
+
+def _forward_transform_fn(model):
+    """Compiled map from batched constrained draws of the free RVs to batched value variables."""
+    from pytensor.graph.replace import graph_replace
+
+    core = {rv: rv.type() for rv in model.free_RVs}
+    outs = []
+    for rv in model.free_RVs:
+        tr = model.rvs_to_transforms.get(rv)
+        if tr is None:
+            outs.append(core[rv])
+            continue
+        expr = tr.forward(core[rv], *rv.owner.inputs)
+        # parameters of a transform (e.g. Uniform bounds) may depend on other free RVs
+        outs.append(graph_replace(expr, {r: core[r] for r in model.free_RVs if r is not rv}, strict=False))
+    inputs = {rv: _batch_input(core[rv]) for rv in model.free_RVs}
+    return _batched([inputs[rv] for rv in model.free_RVs], outs, {core[rv]: inputs[rv] for rv in model.free_RVs})
+
+
+def _score_fn(model):
+    """Compiled batched gradient of the joint log density w.r.t. the value variables."""
+    import pytensor.tensor as pt
+
+    logp = model.logp(jacobian=True)
+    grads = pt.grad(logp, model.value_vars)
+    inputs = {v: _batch_input(v) for v in model.value_vars}
+    try:
+        return _batched([inputs[v] for v in model.value_vars], grads, inputs), True
+    except Exception:  # an Op without a batched form: fall back to one call per draw
+        return model.compile_dlogp(jacobian=True), False
+
+
+def _flat(post, name, n):
+    arr = np.asarray(post[name].transpose("chain", "draw", ...).values)
+    return arr.reshape((n,) + arr.shape[2:])
+
+
+def compute_scores(idata, model, *, progressbar=False):
+    """Add the unconstrained draws and the scores of ``model`` at every posterior draw.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Output of ``pm.sample()`` (with a ``posterior`` group) for this model.
+    model : pymc.Model
+    progressbar : bool
+        Show PyMC's progress bar while draws are evaluated in chunks.
+
+    Returns
+    -------
+    arviz.InferenceData
+        A new InferenceData with every group of ``idata`` plus ``unconstrained_posterior``
+        (value variables, e.g. ``sigma_log__``) and ``score`` (grad log p, Jacobian included).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_cv
+    >>> with pm.Model() as model:
+    ...     mu = pm.Normal("mu", 0, 10)
+    ...     y = pm.Normal("y", mu, 1, observed=np.array([0.5, 1.5]))
+    ...     idata = pm.sample(100, tune=100, chains=2, progressbar=False, random_seed=0,
+    ...                       compute_convergence_checks=False)
+    >>> idata = pymc_cv.compute_scores(idata, model)
+    >>> sorted(g for g in idata.groups() if g in ("score", "unconstrained_posterior"))
+    ['score', 'unconstrained_posterior']
+    """
+    _check_model(model)
+    if "posterior" not in idata.groups():
+        raise ValueError("idata has no 'posterior' group; pass the InferenceData returned by pm.sample().")
+    post = idata.posterior
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    n = n_chain * n_draw
+    shapes = model.eval_rv_shapes()
+    value_vars = model.value_vars
+    have_values = all(v.name in post for v in value_vars)
+    if not have_values:
+        missing = [rv.name for rv in model.free_RVs if rv.name not in post]
+        if missing:
+            raise ValueError(
+                f"The posterior has no draws of {missing}; was idata sampled from this model? "
+                f"It holds {sorted(post.data_vars)}."
+            )
+    check = value_vars if have_values else model.free_RVs
+    for var in check:
+        got = tuple(post[var.name].shape[2:])
+        if got != tuple(shapes[var.name]):
+            raise ValueError(
+                f"Draws of '{var.name}' have shape {got} per draw but the model's '{var.name}' has "
+                f"shape {tuple(shapes[var.name])}; idata and model do not match."
+            )
+
+    from ..progress import progress_bar
+
+    if have_values:
+        values = [_flat(post, v.name, n) for v in value_vars]
+        fwd = None
+    else:
+        fwd = _forward_transform_fn(model)
+        constrained = [_flat(post, rv.name, n) for rv in model.free_RVs]
+    score_fn, batched = _score_fn(model)
+    chunks = [slice(i, min(i + _CHUNK, n)) for i in range(0, n, _CHUNK)]
+    out_v = [[] for _ in value_vars]
+    out_s = [[] for _ in value_vars]
+    with progress_bar(progressbar) as bar:
+        task = bar.add_task("Scores", completed=0, total=n)
+        for sl in chunks:
+            vals = fwd(*[c[sl] for c in constrained]) if fwd is not None else [v[sl] for v in values]
+            vals = [np.asarray(v, dtype=value_vars[i].dtype) for i, v in enumerate(vals)]
+            if batched:
+                grads = score_fn(*vals)
+            else:
+                sizes = [int(np.prod(shapes[v.name], dtype=int)) for v in value_vars]
+                flat = np.array([score_fn({v.name: vals[i][j] for i, v in enumerate(value_vars)})
+                                 for j in range(sl.stop - sl.start)])
+                grads = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
+                grads = [g.reshape((-1,) + tuple(shapes[v.name])) for g, v in zip(grads, value_vars)]
+            for i in range(len(value_vars)):
+                out_v[i].append(vals[i])
+                out_s[i].append(np.asarray(grads[i]))
+            bar.advance(task, sl.stop - sl.start)
+
+    def regroup(parts, var):
+        return np.concatenate(parts).reshape((n_chain, n_draw) + tuple(shapes[var.name]))
+
+    unconstrained = {v.name: regroup(out_v[i], v) for i, v in enumerate(value_vars)}
+    scores = {v.name: regroup(out_s[i], v) for i, v in enumerate(value_vars)}
+    bad = sum(int(np.sum(~np.isfinite(s).reshape(n_chain, n_draw, -1).all(axis=2))) for s in scores.values())
+    if bad:
+        warnings.warn(
+            f"The scores are NaN or inf at {bad} draw(s), usually divergent transitions; "
+            "pymc_cv.summary will refuse them until they are removed or the model is fixed.",
+            stacklevel=2,
+        )
+    return with_cv_groups(idata, unconstrained, scores)

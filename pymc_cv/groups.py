@@ -1,0 +1,64 @@
+"""The InferenceData groups pymc-cv adds, and how draws and scores are read back as arrays.
+
+- ``unconstrained_posterior`` (an ArviZ group name): the draws on the unconstrained space,
+  one variable per value variable (``sigma_log__``, ``p_simplex__``, ...).
+- ``score``: grad log p (joint log density, Jacobian terms included) at each draw, with the
+  same variables and shapes.
+
+PyMC's ``compute_scores`` and the Stan converters both write these two groups, so everything
+downstream works for either.  Only ``InferenceData`` methods used by ArviZ 0.2x are touched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores"]
+
+UNCONSTRAINED = "unconstrained_posterior"
+SCORE = "score"
+
+
+def with_cv_groups(idata, unconstrained, scores, dims=None, coords=None):
+    """A new InferenceData: every group of ``idata`` plus the two CV groups (no data copied)."""
+    import arviz as az
+
+    new = az.InferenceData(**{g: idata[g] for g in idata.groups() if g not in (UNCONSTRAINED, SCORE)})
+    post = idata.posterior
+    coords = {"chain": post.chain.values, "draw": post.draw.values, **(coords or {})}
+    for name, data in ((UNCONSTRAINED, unconstrained), (SCORE, scores)):
+        ds = az.dict_to_dataset(data, coords=coords, dims=dims, library=None, attrs={"created_by": "pymc_cv"})
+        new.add_groups({name: ds})
+    return new
+
+
+def stacked_draws_and_scores(idata):
+    """Draws and scores as arrays (chain, draw, d), with the flat parameter labels.
+
+    Raises ``ValueError`` naming what is missing and how to get it.
+    """
+    for group in (UNCONSTRAINED, SCORE):
+        if group not in idata.groups():
+            raise ValueError(
+                f"idata has no '{group}' group. Call pymc_cv.compute_scores(idata, model) for a PyMC "
+                "fit, or pymc_cv.from_cmdstanpy / from_pystan for a Stan fit (or pass model= to summary)."
+            )
+    unc, sco = idata[UNCONSTRAINED], idata[SCORE]
+    names = list(unc.data_vars)
+    if sorted(names) != sorted(sco.data_vars):
+        raise ValueError(
+            f"'{UNCONSTRAINED}' and '{SCORE}' hold different variables ({sorted(names)} vs "
+            f"{sorted(sco.data_vars)}); recompute both with compute_scores."
+        )
+    n_chain, n_draw = unc.sizes["chain"], unc.sizes["draw"]
+    X, S, labels = [], [], []
+    for name in names:
+        x = np.asarray(unc[name].transpose("chain", "draw", ...).values, dtype=float)
+        s = np.asarray(sco[name].transpose("chain", "draw", ...).values, dtype=float)
+        if x.shape != s.shape:
+            raise ValueError(f"draws and scores of '{name}' differ in shape: {x.shape} vs {s.shape}.")
+        k = int(np.prod(x.shape[2:], dtype=int))
+        X.append(x.reshape(n_chain, n_draw, k))
+        S.append(s.reshape(n_chain, n_draw, k))
+        labels += [name] if k == 1 and x.ndim == 2 else [f"{name}[{i}]" for i in range(k)]
+    return np.concatenate(X, axis=2), np.concatenate(S, axis=2), labels

@@ -1,0 +1,212 @@
+"""``summary``: posterior expectations with and without control variates, laid out like ``az.summary``."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .core import cv_estimate, vvcv_estimate
+from .groups import SCORE, UNCONSTRAINED, stacked_draws_and_scores
+from .progress import progress_bar
+
+__all__ = ["summary"]
+
+_COLUMNS = ["mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "method", "se_reliable"]
+
+
+def _split_options(options):
+    cv_keys = set(inspect.signature(cv_estimate).parameters)
+    vv_keys = set(inspect.signature(vvcv_estimate).parameters)
+    unknown = set(options) - cv_keys - vv_keys
+    if unknown:
+        raise TypeError(f"summary() got unknown options {sorted(unknown)}; see cv_estimate / vvcv_estimate.")
+    return ({k: v for k, v in options.items() if k in cv_keys},
+            {k: v for k, v in options.items() if k in vv_keys})
+
+
+def _check_draws_and_scores(X, S):
+    bad = ~(np.isfinite(S).all(axis=2) & np.isfinite(X).all(axis=2))
+    if bad.any():
+        chains, draws = np.nonzero(bad)
+        where = ", ".join(f"chain {c} draw {d}" for c, d in list(zip(chains, draws))[:5])
+        raise ValueError(
+            f"The unconstrained draws or their scores are NaN or inf at {bad.sum()} draw(s) ({where}{', ...' if bad.sum() > 5 else ''}); "
+            "these are usually divergent transitions. They are not averaged in or dropped silently: "
+            "fix the model (e.g. reparameterise, raise target_accept) or remove those draws "
+            "from every group yourself before calling summary."
+        )
+
+
+def _variable_rows(idata, var_names):
+    from arviz.labels import BaseLabeller
+    from arviz.sel_utils import xarray_var_iter
+
+    post = idata.posterior
+    internal = set(idata[UNCONSTRAINED].data_vars) if UNCONSTRAINED in idata.groups() else set()
+    available = [v for v in post.data_vars if v not in internal]
+    if var_names is None:
+        var_names = available
+    elif isinstance(var_names, str):
+        var_names = [var_names]
+    missing = [v for v in var_names if v not in post.data_vars]
+    if missing:
+        raise ValueError(f"var_names {missing} are not in the posterior; it holds {available}.")
+    labeller = BaseLabeller()
+    rows = []
+    for name, sel, isel, values in xarray_var_iter(post[list(var_names)], combined=False,
+                                                   skip_dims={"chain", "draw"}):
+        rows.append((labeller.make_label_flat(name, sel, isel), np.asarray(values, dtype=float)))
+    return rows
+
+
+def _integrand_rows(idata, integrands, n_chain, n_draw):
+    """Scalar rows and task groups from callables of the constrained posterior variables."""
+    post = idata.posterior
+    scalar, groups = [], []
+    for name, fn in integrands.items():
+        if not callable(fn):
+            raise ValueError(f"integrands['{name}'] must be a callable taking the posterior variables.")
+        out = np.asarray(fn(post), dtype=float)
+        if out.shape[:2] != (n_chain, n_draw):
+            raise ValueError(
+                f"integrands['{name}'] returned shape {out.shape}; it must return (chain, draw, ...) "
+                f"= ({n_chain}, {n_draw}, ...), one value per draw (extra dims are tasks)."
+            )
+        if out.ndim == 2:
+            scalar.append((name, out))
+        else:
+            flat = out.reshape(n_chain, n_draw, -1)
+            idx = list(np.ndindex(*out.shape[2:]))
+            labels = [f"{name}[{', '.join(map(str, i))}]" for i in idx]
+            groups.append((labels, [flat[:, :, k] for k in range(flat.shape[2])]))
+    return scalar, groups
+
+
+def _plain_mcse(values):
+    import arviz as az
+
+    return float(np.ravel(az.mcse(values, method="mean"))[0]) if values.shape[1] >= 4 else np.nan
+
+
+def summary(idata, model=None, var_names=None, integrands=None, method="auto", tasks=None, *,
+            B="learn", progressbar=True, **options):
+    """Posterior means with and without Stein control variates, one row per scalar quantity.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Posterior draws; with the ``unconstrained_posterior`` and ``score`` groups (from
+        :func:`compute_scores` or a Stan converter), or ``model`` to compute them.
+    model : pymc.Model, optional
+        Used to compute the scores when ``idata`` does not have them.
+    var_names : list of str, optional
+        Posterior variables (free, transformed or deterministic) to summarise; every element
+        of a vector/matrix variable is a row.  Default: all of them, unless ``integrands``.
+    integrands : dict of name -> callable, optional
+        Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
+        (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
+        (e.g. a prediction at 10 time points), estimated jointly with vv-CVs.
+    method : {"auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv"}
+        Estimator for scalar rows (see :func:`cv_estimate`); task groups use vv-CVs under
+        ``"auto"`` or ``"vvcv"``, otherwise ``method`` per task.
+    tasks : None or "chain"
+        ``"chain"``: every chain is its own task (e.g. population MCMC at several
+        temperatures, scores taken per chain); one row per quantity and chain.
+    B : {"learn", "identity"} or array
+        Task matrix of the vv-CVs.
+    progressbar : bool
+        PyMC-style progress bar over the rows.
+    **options
+        Passed on to :func:`cv_estimate` / :func:`vvcv_estimate` (``kernel``, ``nugget``,
+        ``folds``, ``random_seed``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index like ``az.summary`` (``theta[0]``); columns ``mean``, ``mcse_mean`` (plain MCMC, as
+        ArviZ computes them), ``cv_mean``, ``cv_mcse``, ``variance_reduction`` ((mcse/cv mcse)^2 on
+        held-out draws), ``method`` and ``se_reliable``.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_cv
+    >>> with pm.Model() as model:
+    ...     mu = pm.Normal("mu", 0, 10)
+    ...     y = pm.Normal("y", mu, 1, observed=np.array([0.5, 1.5]))
+    ...     idata = pm.sample(200, tune=200, chains=2, progressbar=False, random_seed=0,
+    ...                       compute_convergence_checks=False)
+    >>> table = pymc_cv.summary(idata, model, var_names=["mu"], progressbar=False)
+    >>> list(table.columns[:4])
+    ['mean', 'mcse_mean', 'cv_mean', 'cv_mcse']
+    >>> bool(abs(table.loc["mu", "cv_mean"] - 200 / 201) < 1e-6)   # exact posterior mean: 2 / (2 + 1/100)
+    True
+    """
+    import pandas as pd
+
+    if "posterior" not in idata.groups():
+        raise ValueError("idata has no 'posterior' group; pass the InferenceData of a fitted model.")
+    if tasks not in (None, "chain"):
+        raise ValueError(f"tasks={tasks!r}; use None or 'chain'.")
+    if method not in ("auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv"):
+        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'cf', 'secf' or 'vvcv'.")
+    if not (UNCONSTRAINED in idata.groups() and SCORE in idata.groups()):
+        if model is None:
+            stacked_draws_and_scores(idata)  # raises, saying how to get the scores
+        from .adapters.pymc import compute_scores
+
+        idata = compute_scores(idata, model, progressbar=progressbar)
+    X, S, _ = stacked_draws_and_scores(idata)
+    _check_draws_and_scores(X, S)
+    n_chain, n_draw, d = X.shape
+    cv_opts, vv_opts = _split_options(options)
+
+    rows = _variable_rows(idata, var_names) if (var_names is not None or integrands is None) else []
+    groups = []
+    if integrands is not None:
+        scalar, groups = _integrand_rows(idata, integrands, n_chain, n_draw)
+        rows += scalar
+    for label, values in rows + [(l, v) for labels, vals in groups for l, v in zip(labels, vals)]:
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"'{label}' is NaN or inf at some draws; an expectation needs finite values.")
+
+    n = n_chain * n_draw
+    Xf, Sf = X.reshape(n, d), S.reshape(n, d)
+    chain = np.repeat(np.arange(n_chain), n_draw)
+    records = []
+    total = (len(rows) + sum(len(g[0]) for g in groups)) * (1 if tasks is None else 1)
+    with progress_bar(progressbar) as bar:
+        task_id = bar.add_task("Control variates", completed=0, total=max(total, 1))
+        if tasks == "chain":
+            for label, values in rows + [(l, v) for labels, vals in groups for l, v in zip(labels, vals)]:
+                res = vvcv_estimate([values[c] for c in range(n_chain)], [X[c] for c in range(n_chain)],
+                                    [S[c] for c in range(n_chain)], B=B,
+                                    chain=[np.zeros(n_draw, dtype=int)] * n_chain, **vv_opts)
+                for c in range(n_chain):
+                    records.append((f"{label} (chain {c})", values[c].mean(), _plain_mcse(values[c][None]),
+                                    res.estimate[c], res.se[c], res.variance_reduction[c], res.method[c],
+                                    bool(res.se_reliable[c])))
+                bar.advance(task_id, 1)
+        else:
+            scalar_method = "auto" if method == "vvcv" else method
+            for label, values in rows:
+                res = cv_estimate(values.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts)
+                records.append((label, values.mean(), _plain_mcse(values), float(res.estimate), float(res.se),
+                                float(res.variance_reduction), str(res.method), bool(res.se_reliable)))
+                bar.advance(task_id, 1)
+            for labels, vals in groups:
+                if method in ("auto", "vvcv") and len(vals) > 1:
+                    res = vvcv_estimate([v.reshape(n) for v in vals], [Xf] * len(vals), [Sf] * len(vals),
+                                        B=B, chain=[chain] * len(vals), **vv_opts)
+                    for t, (label, v) in enumerate(zip(labels, vals)):
+                        records.append((label, v.mean(), _plain_mcse(v), res.estimate[t], res.se[t],
+                                        res.variance_reduction[t], res.method[t], bool(res.se_reliable[t])))
+                else:
+                    for label, v in zip(labels, vals):
+                        res = cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts)
+                        records.append((label, v.mean(), _plain_mcse(v), float(res.estimate), float(res.se),
+                                        float(res.variance_reduction), str(res.method), bool(res.se_reliable)))
+                bar.advance(task_id, len(vals))
+    table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
+    table.index.name = None
+    return table

@@ -1,0 +1,171 @@
+"""PyMC layer: scores, summary on conjugate models sampled with NUTS, and bad input."""
+
+import logging
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_cv
+from conjugate_models import MODELS, sample
+
+logging.getLogger("pymc").setLevel(logging.ERROR)
+
+
+@pytest.fixture(scope="module")
+def hierarchical():
+    y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    sigma = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfCauchy("tau", 5)
+        z = pm.Normal("z", 0, 1, shape=8)
+        theta = pm.Deterministic("theta", mu + tau * z)
+        pm.Normal("y", theta, sigma, observed=y)
+        p = pm.Dirichlet("p", a=np.ones(3))  # a simplex transform too
+        pm.Uniform("u", lower=mu - 1, upper=mu + 1)  # an interval whose bounds depend on mu
+    idata = pm.sample(100, tune=200, chains=2, model=model, random_seed=3, progressbar=False,
+                      compute_convergence_checks=False, idata_kwargs={"include_transformed": True})
+    return model, idata
+
+
+def test_scores_match_finite_differences_of_the_log_density(hierarchical):
+    model, idata = hierarchical
+    out = pymc_cv.compute_scores(idata, model)
+    logp = model.compile_logp(jacobian=True)
+    names = [v.name for v in model.value_vars]
+    for c, d in [(0, 0), (1, 57), (0, 99)]:
+        point = {n: np.asarray(out.unconstrained_posterior[n].values[c, d], dtype=float) for n in names}
+        for n in names:
+            score = np.atleast_1d(out.score[n].values[c, d])
+            for i in range(score.size):
+                h = 1e-5
+                plus = {k: v.copy() for k, v in point.items()}
+                minus = {k: v.copy() for k, v in point.items()}
+                np.ravel(plus[n])[i] += h  # 0-d arrays are views through ravel
+                plus[n] = plus[n] if plus[n].ndim else np.array(float(point[n]) + h)
+                minus[n] = minus[n] if minus[n].ndim else np.array(float(point[n]) - h)
+                if minus[n].ndim:
+                    np.ravel(minus[n])[i] -= h
+                fd = (logp(plus) - logp(minus)) / (2 * h)
+                assert abs(score[i] - fd) < 1e-6 * max(1.0, abs(fd))
+
+
+def test_transforms_computed_from_constrained_draws_equal_pymc_s(hierarchical):
+    model, idata = hierarchical
+    with_values = pymc_cv.compute_scores(idata, model)
+    names = [v.name for v in model.value_vars]
+    constrained_only = idata.copy()
+    constrained_only.posterior = idata.posterior.drop_vars([n for n in names if n.endswith("__")])
+    recomputed = pymc_cv.compute_scores(constrained_only, model)
+    for n in names:
+        np.testing.assert_allclose(recomputed.unconstrained_posterior[n].values,
+                                   with_values.unconstrained_posterior[n].values, atol=1e-10)
+        np.testing.assert_allclose(recomputed.score[n].values, with_values.score[n].values, atol=1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_summary_beats_mcmc_on_conjugate_models(name):
+    model, truth = MODELS[name]()
+    tv = np.concatenate([np.ravel(v) for v in truth.values()])
+    cv_err, mc_err, covered = [], [], []
+    for seed in range(3):
+        idata = sample(model, seed)
+        table = pymc_cv.summary(idata, model, var_names=list(truth), progressbar=False)
+        cv_err += list(np.abs(table["cv_mean"].values - tv))
+        mc_err += list(np.abs(table["mean"].values - tv))
+        covered += list(np.abs(table["cv_mean"].values - tv) <= 1.96 * table["cv_mcse"].values)
+        # the plain columns are ArviZ's own numbers
+        ref = az.summary(idata, var_names=list(truth), kind="stats", round_to="none")
+        np.testing.assert_allclose(table["mean"].values, ref["mean"].values, rtol=1e-12)
+        np.testing.assert_allclose(table["mcse_mean"].values,
+                                   az.summary(idata, var_names=list(truth), kind="diagnostics",
+                                              round_to="none")["mcse_mean"].values, rtol=1e-10)
+    assert np.mean(cv_err) <= 0.3 * np.mean(mc_err)
+    assert np.mean(covered) >= 0.9
+
+
+def test_summary_rows_are_labelled_like_arviz(hierarchical):
+    model, idata = hierarchical
+    table = pymc_cv.summary(idata, model, var_names=["mu", "theta"], method="zv1", progressbar=False)
+    ref = az.summary(idata, var_names=["mu", "theta"], kind="stats")
+    assert list(table.index) == list(ref.index)
+    assert {"mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "method"} <= set(table.columns)
+
+
+def test_integrand_with_task_dims_goes_to_vvcv(hierarchical):
+    model, idata = hierarchical
+    ts = np.linspace(0, 1, 4)
+
+    def curve(post):  # (chain, draw, 4): a prediction at 4 "time points"
+        mu = np.asarray(post["mu"])[..., None]
+        return mu + ts * mu**2
+
+    table = pymc_cv.summary(idata, model, integrands={"curve": curve}, progressbar=False)
+    assert list(table.index) == [f"curve[{i}]" for i in range(4)]
+    assert all(m.startswith("vvcv") or m == "mc" for m in table["method"])
+    plain = curve(idata.posterior).mean(axis=(0, 1))
+    np.testing.assert_allclose(table["mean"].values, plain)
+
+
+def test_tasks_chain_gives_one_row_per_chain(hierarchical):
+    model, idata = hierarchical
+    table = pymc_cv.summary(idata, model, var_names=["mu"], tasks="chain", progressbar=False)
+    assert list(table.index) == ["mu (chain 0)", "mu (chain 1)"]
+    np.testing.assert_allclose(table["mean"].values, idata.posterior["mu"].mean("draw").values)
+
+
+def test_discrete_free_variable_is_refused_with_a_clear_error():
+    with pm.Model() as model:
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("y", k, 1.0, observed=[2.0])
+    idata = az.from_dict(posterior={"k": np.ones((2, 10))})
+    with pytest.raises(ValueError, match=r"discrete free variables \['k'\].*[Mm]arginali"):
+        pymc_cv.compute_scores(idata, model)
+
+
+def test_missing_groups_and_mismatched_draws_are_reported():
+    model, _ = MODELS["normal_normal"]()
+    with pytest.raises(ValueError, match="no 'posterior' group"):
+        pymc_cv.compute_scores(az.from_dict(prior={"mu": np.zeros((1, 5))}), model)
+    with pytest.raises(ValueError, match=r"no draws of \['mu'\]"):
+        pymc_cv.compute_scores(az.from_dict(posterior={"nu": np.zeros((2, 5))}), model)
+    with pytest.raises(ValueError, match="shape"):
+        pymc_cv.compute_scores(az.from_dict(posterior={"mu": np.zeros((2, 5, 3))}), model)
+    with pytest.raises(ValueError, match="compute_scores"):
+        pymc_cv.summary(az.from_dict(posterior={"mu": np.zeros((2, 5))}))
+
+
+def test_non_finite_scores_are_refused_not_averaged():
+    model, _ = MODELS["gamma_poisson"]()
+    draws = np.abs(np.random.default_rng(0).normal(3.0, 0.5, size=(2, 50)))
+    draws[1, 7] = np.nan  # a corrupted draw: its score is NaN
+    idata = az.from_dict(posterior={"lam": draws})
+    with pytest.warns(UserWarning, match="NaN or inf at 1 draw"):
+        scored = pymc_cv.compute_scores(idata, model)
+    with pytest.raises(ValueError, match="chain 1 draw 7.*divergent"):
+        pymc_cv.summary(scored, progressbar=False)
+
+
+def test_bad_summary_arguments():
+    model, _ = MODELS["normal_normal"]()
+    idata = az.from_dict(posterior={"mu": np.random.default_rng(0).normal(size=(2, 30))})
+    with pytest.raises(ValueError, match=r"var_names \['nope'\]"):
+        pymc_cv.summary(idata, model, var_names=["nope"], progressbar=False)
+    with pytest.raises(ValueError, match="method="):
+        pymc_cv.summary(idata, model, method="magic", progressbar=False)
+    with pytest.raises(ValueError, match=r"must return \(chain, draw"):
+        pymc_cv.summary(idata, model, integrands={"f": lambda post: np.ones(3)}, progressbar=False)
+    with pytest.raises(TypeError, match="unknown options"):
+        pymc_cv.summary(idata, model, colour="red", progressbar=False)
+
+
+def test_infinite_unconstrained_draw_is_reported():
+    model, _ = MODELS["gamma_poisson"]()
+    draws = np.abs(np.random.default_rng(0).normal(3.0, 0.5, size=(2, 50)))
+    draws[0, 3] = 0.0  # log(0) = -inf on the unconstrained space (its score stays finite)
+    scored = pymc_cv.compute_scores(az.from_dict(posterior={"lam": draws}), model)
+    with pytest.raises(ValueError, match="chain 0 draw 3"):
+        pymc_cv.summary(scored, progressbar=False)
