@@ -83,6 +83,16 @@ def _integrand_rows(idata, integrands, n_chain, n_draw):
     return scalar, groups
 
 
+def _record(label, values, res, t=0):
+    """One table row: the plain mean and ArviZ mcse of ``values`` (chain, draw) or (draw,), and
+    entry ``t`` of a CV result."""
+    def at(a):
+        return np.ravel(np.asarray(a, dtype=object))[t]
+
+    return (label, float(np.mean(values)), _plain_mcse(np.atleast_2d(values)), float(at(res.estimate)),
+            float(at(res.se)), float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)))
+
+
 def _plain_mcse(values):
     import arviz as az
 
@@ -166,47 +176,43 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     if integrands is not None:
         scalar, groups = _integrand_rows(idata, integrands, n_chain, n_draw)
         rows += scalar
-    for label, values in rows + [(l, v) for labels, vals in groups for l, v in zip(labels, vals)]:
+    for label, values in rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]:
         if not np.all(np.isfinite(values)):
             raise ValueError(f"'{label}' is NaN or inf at some draws; an expectation needs finite values.")
 
     n = n_chain * n_draw
     Xf, Sf = X.reshape(n, d), S.reshape(n, d)
     chain = np.repeat(np.arange(n_chain), n_draw)
+    scalar_method = "auto" if method == "vvcv" else method
+
+    def one_by_one(labels, vals):
+        return [_record(label, v, cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts))
+                for label, v in zip(labels, vals)]
+
+    def jointly(labels, vals):
+        res = vvcv_estimate([v.reshape(n) for v in vals], [Xf] * len(vals), [Sf] * len(vals), B=B,
+                            chain=[chain] * len(vals), **vv_opts)
+        return [_record(label, v, res, t) for t, (label, v) in enumerate(zip(labels, vals))]
+
+    def per_chain(label, values):
+        res = vvcv_estimate([values[c] for c in range(n_chain)], [X[c] for c in range(n_chain)],
+                            [S[c] for c in range(n_chain)], B=B, chain=[np.zeros(n_draw, dtype=int)] * n_chain,
+                            **vv_opts)
+        return [_record(f"{label} (chain {c})", values[c], res, c) for c in range(n_chain)]
+
+    units = [([label], [values]) for label, values in rows] + groups
     records = []
-    total = (len(rows) + sum(len(g[0]) for g in groups)) * (1 if tasks is None else 1)
     with progress_bar(progressbar) as bar:
-        task_id = bar.add_task("Control variates", completed=0, total=max(total, 1))
-        if tasks == "chain":
-            for label, values in rows + [(l, v) for labels, vals in groups for l, v in zip(labels, vals)]:
-                res = vvcv_estimate([values[c] for c in range(n_chain)], [X[c] for c in range(n_chain)],
-                                    [S[c] for c in range(n_chain)], B=B,
-                                    chain=[np.zeros(n_draw, dtype=int)] * n_chain, **vv_opts)
-                for c in range(n_chain):
-                    records.append((f"{label} (chain {c})", values[c].mean(), _plain_mcse(values[c][None]),
-                                    res.estimate[c], res.se[c], res.variance_reduction[c], res.method[c],
-                                    bool(res.se_reliable[c])))
-                bar.advance(task_id, 1)
-        else:
-            scalar_method = "auto" if method == "vvcv" else method
-            for label, values in rows:
-                res = cv_estimate(values.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts)
-                records.append((label, values.mean(), _plain_mcse(values), float(res.estimate), float(res.se),
-                                float(res.variance_reduction), str(res.method), bool(res.se_reliable)))
-                bar.advance(task_id, 1)
-            for labels, vals in groups:
-                if method in ("auto", "vvcv") and len(vals) > 1:
-                    res = vvcv_estimate([v.reshape(n) for v in vals], [Xf] * len(vals), [Sf] * len(vals),
-                                        B=B, chain=[chain] * len(vals), **vv_opts)
-                    for t, (label, v) in enumerate(zip(labels, vals)):
-                        records.append((label, v.mean(), _plain_mcse(v), res.estimate[t], res.se[t],
-                                        res.variance_reduction[t], res.method[t], bool(res.se_reliable[t])))
-                else:
-                    for label, v in zip(labels, vals):
-                        res = cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts)
-                        records.append((label, v.mean(), _plain_mcse(v), float(res.estimate), float(res.se),
-                                        float(res.variance_reduction), str(res.method), bool(res.se_reliable)))
-                bar.advance(task_id, len(vals))
+        task_id = bar.add_task("Control variates", completed=0, total=max(sum(len(u[0]) for u in units), 1))
+        for labels, vals in units:
+            if tasks == "chain":
+                for label, v in zip(labels, vals):
+                    records += per_chain(label, v)
+            elif len(vals) > 1 and method in ("auto", "vvcv"):
+                records += jointly(labels, vals)
+            else:
+                records += one_by_one(labels, vals)
+            bar.advance(task_id, len(vals))
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
     return table
