@@ -31,12 +31,12 @@ def _check_model(model):
         )
 
 
-def _batched(fn_inputs, outputs, replace):
+def _batched(fn_inputs, outputs, replace, compile_kwargs):
     import pytensor
     from pytensor.graph.replace import vectorize_graph
 
     batched = vectorize_graph(outputs, replace=replace)
-    return pytensor.function(fn_inputs, batched, on_unused_input="ignore")
+    return pytensor.function(fn_inputs, batched, on_unused_input="ignore", **compile_kwargs)
 
 
 def _batch_input(var):
@@ -45,7 +45,7 @@ def _batch_input(var):
     return pt.tensor(dtype=var.dtype, shape=(None,) + var.type.shape, name=f"{var.name}_draws")
 
 
-def _forward_transform_fn(model):
+def _forward_transform_fn(model, compile_kwargs):
     """Compiled map from batched constrained draws of the free RVs to batched value variables."""
     from pytensor.graph.replace import graph_replace
 
@@ -60,10 +60,11 @@ def _forward_transform_fn(model):
         # parameters of a transform (e.g. Uniform bounds) may depend on other free RVs
         outs.append(graph_replace(expr, {r: core[r] for r in model.free_RVs if r is not rv}, strict=False))
     inputs = {rv: _batch_input(core[rv]) for rv in model.free_RVs}
-    return _batched([inputs[rv] for rv in model.free_RVs], outs, {core[rv]: inputs[rv] for rv in model.free_RVs})
+    return _batched([inputs[rv] for rv in model.free_RVs], outs, {core[rv]: inputs[rv] for rv in model.free_RVs},
+                    compile_kwargs)
 
 
-def _score_fn(model):
+def _score_fn(model, compile_kwargs):
     """Compiled batched gradient of the joint log density w.r.t. the value variables."""
     import pytensor.tensor as pt
 
@@ -71,9 +72,9 @@ def _score_fn(model):
     grads = pt.grad(logp, model.value_vars)
     inputs = {v: _batch_input(v) for v in model.value_vars}
     try:
-        return _batched([inputs[v] for v in model.value_vars], grads, inputs), True
+        return _batched([inputs[v] for v in model.value_vars], grads, inputs, compile_kwargs), True
     except Exception:  # an Op without a batched form: fall back to one call per draw
-        return model.compile_dlogp(jacobian=True), False
+        return model.compile_dlogp(jacobian=True, **compile_kwargs), False
 
 
 def _flat(post, name, n):
@@ -81,7 +82,7 @@ def _flat(post, name, n):
     return arr.reshape((n,) + arr.shape[2:])
 
 
-def compute_scores(idata, model, *, progressbar=False):
+def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
     """Add the unconstrained draws and the scores of ``model`` at every posterior draw.
 
     Parameters
@@ -91,6 +92,9 @@ def compute_scores(idata, model, *, progressbar=False):
     model : pymc.Model
     progressbar : bool
         Show PyMC's progress bar while draws are evaluated in chunks.
+    compile_kwargs : dict, optional
+        Passed to ``pytensor.function``; e.g. ``{"mode": "NUMBA"}`` for models with a ``scan``
+        (an ODE solver), whose batched form otherwise loops over draws in Python.
 
     Returns
     -------
@@ -111,6 +115,7 @@ def compute_scores(idata, model, *, progressbar=False):
     ['score', 'unconstrained_posterior']
     """
     _check_model(model)
+    compile_kwargs = dict(compile_kwargs or {})
     if "posterior" not in idata.groups():
         raise ValueError("idata has no 'posterior' group; pass the InferenceData returned by pm.sample().")
     post = idata.posterior
@@ -141,9 +146,9 @@ def compute_scores(idata, model, *, progressbar=False):
         values = [_flat(post, v.name, n) for v in value_vars]
         fwd = None
     else:
-        fwd = _forward_transform_fn(model)
+        fwd = _forward_transform_fn(model, compile_kwargs)
         constrained = [_flat(post, rv.name, n) for rv in model.free_RVs]
-    score_fn, batched = _score_fn(model)
+    score_fn, batched = _score_fn(model, compile_kwargs)
     chunks = [slice(i, min(i + _CHUNK, n)) for i in range(0, n, _CHUNK)]
     out_v = [[] for _ in value_vars]
     out_s = [[] for _ in value_vars]
