@@ -123,7 +123,7 @@ def main():
     # the reference is the long run corrected by a second-order ZV-CV (least squares: another
     # method family than the kernel CVs judged here, on independent draws).
     ref = pymc_cv.compute_scores(ref, build_model(years, hare, lynx), compile_kwargs={"mode": "NUMBA"})
-    Xr, Sr, _ = pymc_cv.groups.stacked_draws_and_scores(ref)
+    Xr, Sr = pymc_cv.groups.stacked_draws_and_scores(ref)
     nr = Xr.shape[0] * Xr.shape[1]
     ref_prey = prey_at(ref.posterior, all_times, years[0]).reshape(nr, -1)
     ref_chain = np.repeat(np.arange(Xr.shape[0]), Xr.shape[1])
@@ -144,7 +144,7 @@ def main():
         # after which its gradient can no longer be built
         idata = pymc_cv.compute_scores(idata, build_model(years, hare, lynx), compile_kwargs={"mode": "NUMBA"})
         secs["scores"] += time.perf_counter() - t
-        X, S, _ = pymc_cv.groups.stacked_draws_and_scores(idata)
+        X, S = pymc_cv.groups.stacked_draws_and_scores(idata)
         n = X.shape[0] * X.shape[1]
         X, S = X.reshape(n, -1), S.reshape(n, -1)
         chain = np.repeat(np.arange(idata.posterior.sizes["chain"]), idata.posterior.sizes["draw"])

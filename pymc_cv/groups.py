@@ -33,7 +33,7 @@ def with_cv_groups(idata, unconstrained, scores, dims=None, coords=None):
 
 
 def stacked_draws_and_scores(idata):
-    """Draws and scores as arrays (chain, draw, d), with the flat parameter labels.
+    """Draws and scores as arrays (chain, draw, d), the variables in the groups' order.
 
     Raises ``ValueError`` naming what is missing and how to get it.
     """
@@ -51,7 +51,7 @@ def stacked_draws_and_scores(idata):
             f"{sorted(sco.data_vars)}); recompute both with compute_scores."
         )
     n_chain, n_draw = unc.sizes["chain"], unc.sizes["draw"]
-    X, S, labels = [], [], []
+    X, S = [], []
     for name in names:
         x = np.asarray(unc[name].transpose("chain", "draw", ...).values, dtype=float)
         s = np.asarray(sco[name].transpose("chain", "draw", ...).values, dtype=float)
@@ -60,5 +60,4 @@ def stacked_draws_and_scores(idata):
         k = int(np.prod(x.shape[2:], dtype=int))
         X.append(x.reshape(n_chain, n_draw, k))
         S.append(s.reshape(n_chain, n_draw, k))
-        labels += [name] if k == 1 and x.ndim == 2 else [f"{name}[{i}]" for i in range(k)]
-    return np.concatenate(X, axis=2), np.concatenate(S, axis=2), labels
+    return np.concatenate(X, axis=2), np.concatenate(S, axis=2)

@@ -166,7 +166,7 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
         from .adapters.pymc import compute_scores
 
         idata = compute_scores(idata, model, progressbar=progressbar)
-    X, S, _ = stacked_draws_and_scores(idata)
+    X, S = stacked_draws_and_scores(idata)
     _check_draws_and_scores(X, S)
     n_chain, n_draw, d = X.shape
     cv_opts, vv_opts = _split_options(options)
