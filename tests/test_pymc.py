@@ -25,12 +25,17 @@ def hierarchical():
         pm.Normal("y", theta, sigma, observed=y)
         p = pm.Dirichlet("p", a=np.ones(3))  # a simplex transform too
         pm.Uniform("u", lower=mu - 1, upper=mu + 1)  # an interval whose bounds depend on mu
+        pm.Normal("o", 0, 3, shape=3, transform=pm.distributions.transforms.ordered,
+                  initval=np.array([-1.0, 0.0, 1.0]))
+        pm.LKJCorr("corr", n=3, eta=2.0)  # packed correlations (interval transform)
+        pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.Exponential.dist(1.0), compute_corr=False)
     idata = pm.sample(100, tune=200, chains=2, model=model, random_seed=3, progressbar=False,
                       compute_convergence_checks=False, idata_kwargs={"include_transformed": True})
     return model, idata
 
 
 def test_scores_match_finite_differences_of_the_log_density(hierarchical):
+    """Including simplex, ordered, interval and correlation-matrix transforms."""
     model, idata = hierarchical
     out = pymc_cv.compute_scores(idata, model)
     logp = model.compile_logp(jacobian=True)
