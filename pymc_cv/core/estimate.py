@@ -22,6 +22,7 @@ from .result import CVResult
 from .standard_errors import KHAT_THRESHOLD, block_folds, mcse_mean
 from .uncertainty import combine_se, reliability, roundoff_floor
 from .standardize import Standardizer
+from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood
 from .validation import check_chain, check_task
 from .zero_variance import choose_penalty, fit_zero_variance, zv_loo_residuals
@@ -143,6 +144,7 @@ def _heldout_residuals(fit, loo, X, S, y, chain, folds, info):
     return resid, z
 
 
+@single_threaded_when_small(lambda values, *a, **k: np.shape(values)[0])
 def cv_estimate(
     values,
     samples,

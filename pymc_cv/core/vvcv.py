@@ -26,6 +26,7 @@ from .polynomial import n_polynomial_features
 from .result import CVResult
 from .standard_errors import block_folds, mcse_mean
 from .standardize import Standardizer
+from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood
 from .uncertainty import combine_se, reliability, roundoff_floor
 from .validation import check_B, check_chain, check_task
@@ -51,6 +52,16 @@ def _shared(samples, scores):
     )
 
 
+
+def _problem_size(values, samples, *args, **kwargs):
+    """Draws in the largest matrix: per task when all tasks share one array of draws."""
+    sizes = [np.shape(v)[0] for v in values]
+    if len(samples) and all(s is samples[0] for s in samples):
+        return max(sizes)
+    return sum(sizes)
+
+
+@single_threaded_when_small(_problem_size)
 def vvcv_estimate(
     values,
     samples,
