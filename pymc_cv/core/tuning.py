@@ -20,6 +20,7 @@ from scipy import linalg, optimize
 
 from .kernel_cv import design_matrix
 from .linalg import restricted_loglik
+from .threads import single_threaded_when_small
 
 __all__ = ["Hyperparameters", "tune_marginal_likelihood", "subsample_per_task"]
 
@@ -72,6 +73,7 @@ def _tril_matrix(params, T):
     return L
 
 
+@single_threaded_when_small(lambda kernel, X, *a, **k: X.shape[0])
 def tune_marginal_likelihood(
     kernel, X, S, y, tau, T, B, poly_order, nugget=1e-4, learn_B=False, tune_nugget=True
 ):
@@ -150,6 +152,8 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
     C0[np.diag_indices(N)] += start.nugget * k_scale
     _, _, Q = restricted_loglik(C0, P, y, profile_scale=True)
     s2 = float(y @ Q @ y) / (N - P.shape[1])
+    if not s2 > 1e-24 * max(float(y @ y) / N, 1e-300):
+        return start  # the polynomial part fits y exactly: nothing is left for B to explain
     L0 = np.linalg.cholesky(start.B + 1e-12 * np.eye(T))
     ti, tj = np.tril_indices(T)
     diag = ti == tj
