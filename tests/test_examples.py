@@ -4,7 +4,6 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
-import pytest
 from scipy.integrate import solve_ivp
 
 spec = importlib.util.spec_from_file_location("lotka_volterra", Path(__file__).parents[1] / "examples" / "lotka_volterra.py")

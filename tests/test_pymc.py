@@ -23,7 +23,7 @@ def hierarchical():
         z = pm.Normal("z", 0, 1, shape=8)
         theta = pm.Deterministic("theta", mu + tau * z)
         pm.Normal("y", theta, sigma, observed=y)
-        p = pm.Dirichlet("p", a=np.ones(3))  # a simplex transform too
+        pm.Dirichlet("p", a=np.ones(3))  # a simplex transform too
         pm.Uniform("u", lower=mu - 1, upper=mu + 1)  # an interval whose bounds depend on mu
         pm.Normal("o", 0, 3, shape=3, transform=pm.distributions.transforms.ordered,
                   initval=np.array([-1.0, 0.0, 1.0]))
