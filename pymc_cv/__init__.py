@@ -1,6 +1,7 @@
 """pymc-cv: Stein control variates for PyMC and Stan posterior draws."""
 
 from .core import CVResult, cv_estimate, vvcv_estimate
+from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws
 from .summary import summary
 
 
@@ -13,4 +14,7 @@ def compute_scores(idata, model, **kwargs):
 
 
 __version__ = "0.1.0"
-__all__ = ["cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "__version__"]
+__all__ = [
+    "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
+    "ti_from_arrays", "ti_from_draws", "__version__",
+]

@@ -1,0 +1,135 @@
+"""Power posteriors p_t(x) ~ p(y|x)^t p(x) of a PyMC model, and the per-draw terms TI needs.
+
+The tempered model is a clone of the user's model with a Potential (t - 1) log p(y|x), t a
+shared variable: NUTS is compiled once and every rung only changes t (a new compile per rung
+costs seconds; a rung of a small model samples in a fraction of one).  The step's adapted mass
+matrix carries over from one rung to the next, a warm start for neighbouring temperatures.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from .pymc import _batch_input, _batched, _check_model
+
+__all__ = ["check_temperable", "TemperedSampler", "loglik_terms"]
+
+TEMPERATURE = "pymc_cv_temperature"
+
+
+def check_temperable(model):
+    _check_model(model)
+    if not model.observed_RVs:
+        raise ValueError("The model has no observed variables, so there is no likelihood to temper; "
+                         "pass the model with its data (observed=...).")
+    if model.potentials:
+        names = [p.name for p in model.potentials]
+        raise ValueError(
+            f"The model has Potentials {names}: pymc-cv cannot tell whether they belong to the prior "
+            "or the likelihood. Write likelihood terms as observed variables (e.g. pm.CustomDist(..., "
+            "observed=y)) and prior terms as distributions."
+        )
+
+
+class TemperedSampler:
+    """Samples p_t for any t in [0, 1] with one compiled NUTS step."""
+
+    def __init__(self, model, compile_kwargs=None):
+        import pymc as pm
+        import pytensor
+        from pymc.model.fgraph import clone_model
+
+        check_temperable(model)
+        self.model = clone_model(model)
+        self.temperature = pytensor.shared(np.float64(1.0), name=TEMPERATURE)
+        with self.model:
+            loglik = self.model.logp(vars=self.model.observed_RVs, sum=True)
+            pm.Potential("pymc_cv_tempering", (self.temperature - 1.0) * loglik)
+            self.step = pm.NUTS(compile_kwargs=dict(compile_kwargs or {}))
+
+    def sample(self, temperature, draws, tune, chains, random_seed, **kwargs):
+        import pymc as pm
+
+        self.temperature.set_value(np.float64(temperature))
+        logger = logging.getLogger("pymc")
+        level = logger.level
+        logger.setLevel(logging.ERROR)  # per-rung banners and short-chain warnings are noise here
+        try:
+            with self.model:
+                return pm.sample(
+                    draws=draws, tune=tune, chains=chains, cores=1, step=self.step, random_seed=random_seed,
+                    progressbar=False, compute_convergence_checks=False,
+                    idata_kwargs={"include_transformed": True}, **kwargs,
+                )
+        finally:
+            logger.setLevel(level)
+
+
+def loglik_terms(model, compile_kwargs=None):
+    """A function of the value-variable draws (each (n, *shape)) returning, per draw,
+    log p(y|x) (n,), grad log p(y|x) and grad log p(x) (Jacobian included), both (n, d),
+    flattened in the order of ``model.value_vars`` (the order of the ``score`` group)."""
+    import pytensor.tensor as pt
+
+    check_temperable(model)
+    loglik = model.logp(vars=model.observed_RVs, sum=True)
+    logprior = model.logp(vars=model.free_RVs, jacobian=True, sum=True)
+    values = model.value_vars
+    g_lik = pt.grad(loglik, values)
+    g_prior = pt.grad(logprior, values)
+    inputs = {v: _batch_input(v) for v in values}
+    fn = _batched([inputs[v] for v in values], [loglik, *g_lik, *g_prior], inputs, dict(compile_kwargs or {}))
+    k = len(values)
+
+    def terms(*draws):
+        out = fn(*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        n = np.asarray(out[0]).shape[0]
+        flat = [np.asarray(g, dtype=float).reshape(n, -1) for g in out[1:]]
+        return np.asarray(out[0], dtype=float), np.concatenate(flat[:k], axis=1), np.concatenate(flat[k:], axis=1)
+
+    return terms
+
+
+def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5):
+    """Run PyMC's SMC (IMH kernel) and keep the particles of every tempering stage.
+
+    Returns the temperatures (0, the adaptive betas, 1) and per stage a list of value-variable
+    draws (each (draws, *shape)), in the order of ``model.value_vars``.  Stage 0 is the prior.
+    Particles of one stage are resampled and moved by MCMC, so they are not independent; the
+    standard errors computed from them treat them as if they were.
+    """
+    from pymc.smc.kernels import IMH
+
+    from ..progress import progress_bar
+
+    check_temperable(model)
+    rng = np.random.default_rng(random_seed)
+    kernel = IMH(draws=draws, model=model, random_seed=rng, threshold=threshold)
+    if hasattr(kernel, "initialize"):
+        kernel.initialize(None, rng)
+    else:  # PyMC < 5.2x
+        kernel._initialize_kernel()
+        kernel.setup_kernel()
+
+    def unravel(particles):
+        out, start = [], 0
+        for v in kernel.variables:
+            shape, size = kernel.var_info[v.name]
+            out.append(np.asarray(particles[:, start:start + size]).reshape((particles.shape[0],) + tuple(shape)))
+            start += size
+        return out
+
+    temps, stages = [0.0], [unravel(kernel.tempered_posterior)]
+    with progress_bar(progressbar) as bar:
+        task = bar.add_task("SMC stages", completed=0, total=None)
+        while kernel.beta < 1:
+            kernel.update_beta_and_weights()
+            kernel.resample()
+            kernel.tune()
+            kernel.mutate()
+            temps.append(float(kernel.beta))
+            stages.append(unravel(kernel.tempered_posterior))
+            bar.advance(task, 1)
+    return np.array(temps), stages

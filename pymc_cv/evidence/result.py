@@ -1,0 +1,67 @@
+"""The result of thermodynamic integration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .rung_moments import RungMoments
+
+__all__ = ["TIResult"]
+
+
+@dataclass
+class TIResult:
+    """Log evidence from thermodynamic integration.
+
+    Attributes
+    ----------
+    log_evidence : float
+        The estimate of log p(y).
+    se : float
+        Its standard error: the sampling se of the per-rung estimates and the estimated
+        quadrature (temperature discretisation) error, added in quadrature.
+    sampling_se, quadrature_error : float
+        The two parts of ``se``.
+    mc_log_evidence, mc_se : float
+        Plain TI (per-rung averages, same rule, same draws) and its se, for comparison.
+    temperatures : array (w,)
+    moments : RungMoments
+        Per-rung means and variances of log p(y|x), with and without CVs, and their se.
+    method, rule : str
+        The per-rung estimator and the quadrature rule; ``estimator`` says both in words.
+    seconds : dict
+        Wall time of sampling, of the per-draw terms and of the estimation.
+    """
+
+    log_evidence: float
+    se: float
+    sampling_se: float
+    quadrature_error: float
+    mc_log_evidence: float
+    mc_se: float
+    temperatures: np.ndarray
+    moments: RungMoments
+    method: str
+    rule: str
+    estimator: str
+    seconds: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    draws: dict = field(default_factory=dict, repr=False)
+
+    def plot(self, ax=None, **kwargs):
+        """E_t[log p(y|x)] against t, MC and CV, with error bars; see :func:`pymc_cv.plots.plot_ti_curve`."""
+        from ..plots import plot_ti_curve
+
+        return plot_ti_curve(self, ax=ax, **kwargs)
+
+    def __repr__(self):
+        lines = [
+            f"TIResult ({self.estimator}, {self.temperatures.size} rungs)",
+            f"  log_evidence = {self.log_evidence:.6g} +/- {self.se:.3g}"
+            f"  (sampling {self.sampling_se:.3g}, quadrature {self.quadrature_error:.3g})",
+            f"  plain TI     = {self.mc_log_evidence:.6g} +/- {self.mc_se:.3g}",
+        ]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
