@@ -2,6 +2,7 @@
 
 from .core import CVResult, cv_estimate, vvcv_estimate
 from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws
+from .metacv import MetaCV
 from .summary import summary
 
 
@@ -16,5 +17,5 @@ def compute_scores(idata, model, **kwargs):
 __version__ = "0.1.0"
 __all__ = [
     "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
-    "ti_from_arrays", "ti_from_draws", "__version__",
+    "ti_from_arrays", "ti_from_draws", "MetaCV", "__version__",
 ]

@@ -1,0 +1,348 @@
+"""Meta-learned neural control variates (Meta-CVs; Sun, Oates, Briol: thesis chapter 5)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from ..core.result import CVResult
+from ..core.standard_errors import mcse_mean
+from ..core.validation import check_chain, check_task
+from .maml import build_functions
+from .network import init_params, n_params
+
+__all__ = ["MetaCV"]
+
+
+def _as_task(task, name):
+    if not (isinstance(task, (tuple, list)) and len(task) == 3):
+        raise ValueError(f"task {name} must be a (values, samples, scores) triple; got {type(task).__name__}.")
+    Y, X, S, one_d = check_task(*task, name=name)
+    if not one_d:
+        raise ValueError(f"task {name}: `values` must be 1-d (one integrand per task); got shape {Y.shape}.")
+    return Y[:, 0], X, S
+
+
+def _halves(n, chain):
+    """Two folds of draws: the first and second half (of each chain, for MCMC draws)."""
+    if chain is None:
+        idx = np.arange(n)
+        return idx[: n // 2], idx[n // 2 :]
+    a, b = [], []
+    for c in np.unique(chain):
+        idx = np.flatnonzero(chain == c)
+        a.append(idx[: idx.size // 2]), b.append(idx[idx.size // 2 :])
+    return np.concatenate(a), np.concatenate(b)
+
+
+class MetaCV:
+    """A neural Stein control variate meta-learned over many related integration tasks.
+
+    g(x) = c + div u(x) + u(x) . grad log pi(x), with u: R^d -> R^d a small MLP.  ``meta_fit``
+    learns an initialisation of u from which one (or a few) gradient steps on a handful of
+    draws of a new task give a good CV for it (MAML).  ``estimate`` adapts to each task on half
+    of its draws and averages f - (div u + u . score) over the other half (thesis eq. 5.2),
+    and by default also the other way round (cross-fitting), so every draw is averaged.
+
+    Parameters
+    ----------
+    hidden : tuple of int
+        Hidden layer widths.
+    activation : {"tanh", "sigmoid"}
+    inner_steps : int
+        Gradient steps of adaptation (L).
+    inner_lr : float
+        Step size of adaptation (alpha), on standardised values.
+    meta_lr : float
+        Adam step size of the outer loop.
+    meta_iterations : int
+    task_batch : int
+        Tasks per meta-iteration (B).
+    support_size : int, optional
+        Draws per task used for adaptation during meta-training (K; as many again are the query
+        draws).  Default: half the draws of the smallest task.
+    first_order : bool
+        First-order MAML (the inner gradients are held constant in the meta-gradient): cheaper.
+    random_seed : int
+    progressbar : bool
+    compile_kwargs : dict, optional
+        Passed to ``pytensor.function``.
+
+    Attributes
+    ----------
+    theta_ : array
+        The meta-learned network parameters (after ``meta_fit`` or ``load``).
+    history_ : array
+        Meta (query) loss per iteration, on standardised values.
+    seconds_ : dict
+        Wall time of compiling and of meta-training.
+
+    Examples
+    --------
+    Tasks E[a x^2 + b x] under x ~ N(0, 1) (truth a), four draws each:
+
+    >>> import numpy as np, pymc_cv
+    >>> rng = np.random.default_rng(0)
+    >>> def task(rng, n=4):
+    ...     a, b = rng.uniform(1, 2, size=2)
+    ...     x = rng.normal(size=(n, 1))
+    ...     return a * x[:, 0] ** 2 + b * x[:, 0], x, -x
+    >>> mcv = pymc_cv.MetaCV(hidden=(16,), meta_iterations=300, progressbar=False)
+    >>> mcv = mcv.meta_fit(task)
+    >>> res = mcv.estimate(*task(np.random.default_rng(1), n=20))
+    >>> res.method.item() in ("metacv", "mc")
+    True
+    """
+
+    def __init__(self, hidden=(64, 64), activation="tanh", inner_steps=1, inner_lr=0.01, meta_lr=2e-3,
+                 meta_iterations=4000, task_batch=5, support_size=None, first_order=False, random_seed=0,
+                 progressbar=True, compile_kwargs=None):
+        self.hidden = tuple(int(h) for h in hidden)
+        self.activation = activation
+        self.inner_steps = inner_steps
+        self.inner_lr = inner_lr
+        self.meta_lr = meta_lr
+        self.meta_iterations = meta_iterations
+        self.task_batch = task_batch
+        self.support_size = support_size
+        self.first_order = first_order
+        self.random_seed = random_seed
+        self.progressbar = progressbar
+        self.compile_kwargs = compile_kwargs
+
+    # -- settings and fitted state ---------------------------------------------------------
+    def _check_settings(self):
+        if self.activation not in ("tanh", "sigmoid"):
+            raise ValueError(f"activation={self.activation!r}; use 'tanh' or 'sigmoid'.")
+        for name in ("inner_steps", "meta_iterations", "task_batch"):
+            val = getattr(self, name)
+            if int(val) != val or val < (0 if name == "inner_steps" else 1):
+                raise ValueError(f"{name}={val!r}; use a positive integer.")
+        for name in ("inner_lr", "meta_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}; use a positive step size.")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden={self.hidden!r}; give at least one layer width, e.g. (64, 64).")
+
+    def _compile(self, theta):
+        start = time.perf_counter()
+        self._theta_shared, self._train_step, self._adapt = build_functions(
+            self.d_, self.hidden, self.activation, self.inner_lr, int(self.inner_steps), self.first_order,
+            self.meta_lr, theta, self.compile_kwargs,
+        )
+        return time.perf_counter() - start
+
+    def _check_fitted(self):
+        if not hasattr(self, "theta_"):
+            raise ValueError("This MetaCV is not meta-trained yet: call .meta_fit(tasks) or MetaCV.load(path).")
+        if not hasattr(self, "_adapt"):
+            self._compile(self.theta_)
+
+    def _standardise(self, X, S, f):
+        return (X - self.x_loc_) / self.x_scale_, S * self.x_scale_, f / self.f_scale_
+
+    # -- meta-training --------------------------------------------------------------------
+    def meta_fit(self, tasks, *, n_probe=50):
+        """Meta-train on a collection or a source of tasks.
+
+        Parameters
+        ----------
+        tasks : sequence of (values, samples, scores) or callable
+            Stored tasks (each meta-iteration draws ``task_batch`` of them and, from each,
+            2 x ``support_size`` random draws split into support and query), or a callable
+            ``tasks(rng)`` returning a fresh task, called ``task_batch`` times per iteration (as
+            the thesis's synthetic experiments do).
+        n_probe : int
+            For a callable source: tasks drawn first to fix the standardisation and sizes.
+
+        Returns
+        -------
+        self
+        """
+        self._check_settings()
+        rng = np.random.default_rng(self.random_seed)
+        source = tasks if callable(tasks) else None
+        stored = None
+        if source is None:
+            stored = [_as_task(t, i) for i, t in enumerate(tasks)]
+            if not stored:
+                raise ValueError("`tasks` is empty; give at least one (values, samples, scores) triple.")
+            probe = stored
+        else:
+            probe = [_as_task(source(rng), f"from the source #{i}") for i in range(int(n_probe))]
+        d = probe[0][1].shape[1]
+        if any(X.shape[1] != d for _, X, _ in probe):
+            raise ValueError("All tasks must have draws of the same dimension d.")
+        n_min = min(y.size for y, _, _ in probe)
+        K = int(self.support_size or n_min // 2)
+        if K < 1 or 2 * K > n_min:
+            raise ValueError(f"support_size={K} needs tasks of at least {2 * K} draws; the smallest has {n_min}.")
+        Xall = np.concatenate([X for _, X, _ in probe])
+        self.d_ = d
+        self.x_loc_ = Xall.mean(axis=0)
+        self.x_scale_ = np.where(Xall.std(axis=0) > 0, Xall.std(axis=0), 1.0)
+        within = np.mean([np.var(y) for y, _, _ in probe])
+        self.f_scale_ = float(np.sqrt(within)) if within > 0 else 1.0
+        self.support_size_ = K
+        theta0 = init_params(d, self.hidden, rng)
+        compile_seconds = self._compile(theta0)
+
+        from ..progress import progress_bar
+
+        B = int(self.task_batch)
+        history = np.empty(int(self.meta_iterations))
+        start = time.perf_counter()
+        with progress_bar(self.progressbar) as bar:
+            job = bar.add_task("Meta-training", completed=0, total=int(self.meta_iterations))
+            for it in range(int(self.meta_iterations)):
+                batch = []
+                for _ in range(B):
+                    if source is not None:
+                        y, X, S = _as_task(source(rng), "from the source")
+                    else:
+                        y, X, S = stored[rng.integers(len(stored))]
+                    if y.size < 2 * K:
+                        raise ValueError(f"a task has {y.size} draws; support_size={K} needs {2 * K}.")
+                    pick = rng.permutation(y.size)[: 2 * K]
+                    batch.append(self._standardise(X[pick], S[pick], y[pick]))
+                Z = np.stack([b[0] for b in batch])
+                SZ = np.stack([b[1] for b in batch])
+                F = np.stack([b[2] for b in batch])
+                history[it] = self._train_step(Z[:, :K], SZ[:, :K], F[:, :K], Z[:, K:], SZ[:, K:], F[:, K:])
+                if not np.isfinite(history[it]):
+                    raise FloatingPointError(
+                        f"the meta loss became {history[it]} at iteration {it}; lower meta_lr or inner_lr.")
+                if it % 50 == 49 or it == int(self.meta_iterations) - 1:
+                    bar.update(job, completed=it + 1)
+        self.theta_ = np.array(self._theta_shared.get_value())
+        self.history_ = history
+        self.seconds_ = {"compile": compile_seconds, "meta_training": time.perf_counter() - start}
+        return self
+
+    # -- estimation -----------------------------------------------------------------------
+    def _stein_after_adaptation(self, fit, apply):
+        """Stein term (div u + u . score) at the ``apply`` draws after adapting on ``fit`` draws,
+        for a batch of tasks of equal sizes; in the units of f."""
+        fz = [self._standardise(X, S, y) for y, X, S in fit]
+        az_ = [self._standardise(X, S, np.zeros(X.shape[0])) for _, X, S in apply]
+        out = self._adapt(np.stack([a[0] for a in fz]), np.stack([a[1] for a in fz]), np.stack([a[2] for a in fz]),
+                          np.stack([a[0] for a in az_]), np.stack([a[1] for a in az_]))
+        return np.asarray(out) * self.f_scale_
+
+    def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True):
+        """Estimate E[f] for one task, or for many (sequences of per-task arrays).
+
+        Parameters
+        ----------
+        values, samples, scores : arrays (n,), (n, d), (n, d), or sequences of them (one per task)
+        chain : array (n,) or sequence, optional
+            Chain labels of MCMC draws: the halves are then taken within each chain.
+        crossfit : bool
+            Adapt on each half and average over the other (all draws averaged).  False: adapt on
+            the first half and average over the second only (the thesis's estimator).
+        fallback : bool
+            Report the MC mean (method "mc") for tasks where the held-out residual variance is
+            not below the sample variance of f.
+
+        Returns
+        -------
+        CVResult
+            Arrays over tasks (0-d for one task).
+        """
+        self._check_fitted()
+        one = not isinstance(values, (list, tuple))
+        if one:
+            values, samples, scores, chain = [values], [samples], [scores], [chain]
+        elif chain is None:
+            chain = [None] * len(values)
+        if not (len(values) == len(samples) == len(scores) == len(chain)):
+            raise ValueError("`values`, `samples`, `scores` (and `chain`) must hold one array per task.")
+        tasks = []
+        for i in range(len(values)):
+            y, X, S = _as_task((values[i], samples[i], scores[i]), i)
+            if X.shape[1] != self.d_:
+                raise ValueError(f"task {i} has d = {X.shape[1]}; this MetaCV was meta-trained with d = {self.d_}.")
+            if y.size < 4:
+                raise ValueError(f"task {i} has {y.size} draws; a Meta-CV needs at least 4 (2 to adapt, 2 to average).")
+            c = None if chain[i] is None else check_chain(chain[i], y.size)
+            tasks.append((y, X, S, c))
+        # residuals of every draw from the network adapted on the other half, batched by sizes
+        halves = [_halves(y.size, c) for y, _, _, c in tasks]
+        resid = [dict() for _ in tasks]
+        directions = [(0, 1), (1, 0)] if crossfit else [(0, 1)]
+        for fit_h, apply_h in directions:
+            groups = {}
+            for i, (y, X, S, _) in enumerate(tasks):
+                key = (halves[i][fit_h].size, halves[i][apply_h].size)
+                groups.setdefault(key, []).append(i)
+            for idx in groups.values():
+                fit = [(tasks[i][0][halves[i][fit_h]], tasks[i][1][halves[i][fit_h]], tasks[i][2][halves[i][fit_h]])
+                       for i in idx]
+                app = [(tasks[i][0][halves[i][apply_h]], tasks[i][1][halves[i][apply_h]],
+                        tasks[i][2][halves[i][apply_h]]) for i in idx]
+                stein = self._stein_after_adaptation(fit, app)
+                for j, i in enumerate(idx):
+                    resid[i][apply_h] = app[j][0] - stein[j]
+        est, se, mc, mcse, meth, vr, notes = [], [], [], [], [], [], []
+        for i, (y, X, S, c) in enumerate(tasks):
+            parts = [(resid[i][h], halves[i][h]) for h in sorted(resid[i])]
+            n_used = sum(p[1].size for p in parts)
+            e = sum(r.sum() for r, _ in parts) / n_used
+            # the halves are fitted independently: their errors add
+            s = np.sqrt(sum((r.size * mcse_mean(r, None if c is None else c[h])) ** 2 for r, h in parts)) / n_used
+            r_all = np.concatenate([r for r, _ in parts])
+            y_used = np.concatenate([y[h] for _, h in parts])
+            v_f, v_r = np.var(y_used, ddof=1), np.var(r_all, ddof=1)
+            vr_i = v_f / v_r if v_r > 0 else np.inf
+            m_i, mcse_i = y.mean(), mcse_mean(y, c)
+            method = "metacv"
+            if fallback and not v_r < v_f:
+                notes.append(f"task {i}: the Meta-CV did not reduce the held-out variance "
+                             f"({v_r:.3g} vs {v_f:.3g} for f); reporting the MC mean.")
+                e, s, method = m_i, mcse_i, "mc"
+            est.append(e), se.append(s), mc.append(m_i), mcse.append(mcse_i), meth.append(method), vr.append(vr_i)
+        small = [i for i, (y, *_) in enumerate(tasks) if y.size < 40]
+        if small:
+            notes.append(f"{len(small)} task(s) have fewer than 40 draws: their se comes from a few held-out "
+                         "residuals and is itself rough.")
+
+        def out(v, dtype=float):
+            a = np.array(v, dtype=dtype)
+            return a.reshape(()) if one else a
+
+        reliable = [y.size >= 40 for y, *_ in tasks]
+        return CVResult(
+            estimate=out(est), se=out(se), mc_estimate=out(mc), mc_se=out(mcse), method=out(meth, object),
+            variance_reduction=out(vr), se_reliable=out(reliable, bool), khat=out([np.nan] * len(tasks)),
+            hyperparameters=[{"support_size": self.support_size_, "inner_steps": self.inner_steps}], notes=notes,
+        )
+
+    # -- persistence ----------------------------------------------------------------------
+    _SETTINGS = ("hidden", "activation", "inner_steps", "inner_lr", "meta_lr", "meta_iterations", "task_batch",
+                 "support_size", "first_order", "random_seed")
+
+    def save(self, path):
+        """Save the settings and the meta-learned state to ``path`` (a .npz file)."""
+        if not hasattr(self, "theta_"):
+            raise ValueError("Nothing to save: call .meta_fit(tasks) first.")
+        settings = {k: getattr(self, k) for k in self._SETTINGS}
+        np.savez(path, settings=json.dumps(settings), theta=self.theta_, x_loc=self.x_loc_, x_scale=self.x_scale_,
+                 f_scale=self.f_scale_, d=self.d_, support_size=self.support_size_, history=self.history_)
+
+    @classmethod
+    def load(cls, path, **kwargs):
+        """A MetaCV from :meth:`save`'s file; ``kwargs`` (e.g. ``compile_kwargs``) override settings."""
+        with np.load(path, allow_pickle=False) as z:
+            settings = json.loads(str(z["settings"]))
+            settings.update(kwargs)
+            obj = cls(**settings)
+            obj.theta_ = z["theta"]
+            obj.x_loc_, obj.x_scale_ = z["x_loc"], z["x_scale"]
+            obj.f_scale_, obj.d_ = float(z["f_scale"]), int(z["d"])
+            obj.support_size_ = int(z["support_size"])
+            obj.history_ = z["history"]
+        if obj.theta_.size != n_params(obj.d_, obj.hidden):
+            raise ValueError(f"{path}: the stored parameters do not match hidden={obj.hidden} and d={obj.d_}.")
+        return obj
