@@ -70,7 +70,13 @@ class TemperedSampler:
 def loglik_terms(model, compile_kwargs=None):
     """A function of the value-variable draws (each (n, *shape)) returning, per draw,
     log p(y|x) (n,), grad log p(y|x) and grad log p(x) (Jacobian included), both (n, d),
-    flattened in the order of ``model.value_vars`` (the order of the ``score`` group)."""
+    flattened in the order of ``model.value_vars`` (the order of the ``score`` group).
+
+    The gradient graphs are built now and compiled at the first call.  That order matters for
+    models with a ``scan`` (ODE solvers): compiling a function rewrites the shared Scan's inner
+    graph in place, after which PyTensor can no longer differentiate it, so every gradient
+    (these and the NUTS step's) must be taken before anything is compiled.
+    """
     import pytensor.tensor as pt
 
     check_temperable(model)
@@ -80,17 +86,19 @@ def loglik_terms(model, compile_kwargs=None):
     g_lik = pt.grad(loglik, values)
     g_prior = pt.grad(logprior, values)
     inputs = {v: _batch_input(v) for v in values}
-    fn = _batched([inputs[v] for v in values], [loglik, *g_lik, *g_prior], inputs, dict(compile_kwargs or {}))
     k = len(values)
+    compiled = []
 
     def terms(*draws):
-        out = fn(*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        if not compiled:
+            compiled.append(_batched([inputs[v] for v in values], [loglik, *g_lik, *g_prior], inputs,
+                                     dict(compile_kwargs or {})))
+        out = compiled[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
         n = np.asarray(out[0]).shape[0]
         flat = [np.asarray(g, dtype=float).reshape(n, -1) for g in out[1:]]
         return np.asarray(out[0], dtype=float), np.concatenate(flat[:k], axis=1), np.concatenate(flat[k:], axis=1)
 
     return terms
-
 
 def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5):
     """Run PyMC's SMC (IMH kernel) and keep the particles of every tempering stage.

@@ -11,6 +11,7 @@ Three entry points share one estimator:
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
@@ -221,7 +222,7 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
     True
     """
-    from ..adapters.pymc_tempering import TemperedSampler, check_temperable, loglik_terms
+    from ..adapters.pymc_tempering import check_temperable
     from ..progress import progress_bar
 
     check_temperable(model)
@@ -230,7 +231,9 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     for name, val in (("draws", draws), ("chains", chains)):
         if int(val) != val or val < 1:
             raise ValueError(f"{name}={val!r}; use a positive integer.")
-    terms = loglik_terms(model, compile_kwargs)
+    start = time.perf_counter()
+    terms, tempered = _compiled(model, compile_kwargs, need_nuts=sampler == "nuts")
+    compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if sampler == "smc":
         from ..adapters.pymc_tempering import smc_rungs
@@ -239,7 +242,6 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         rungs = [_terms_of(vals, terms, np.zeros(vals[0].shape[0], dtype=int)) for vals in rungs]
     else:
         t, adaptive = _ladder(temperatures)
-        tempered = TemperedSampler(model, compile_kwargs)
         rungs = {}
 
         def run(ladder):
@@ -266,8 +268,29 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar,
                     0 if random_seed is None else random_seed, options)
     res.seconds["sampling"] = sampling
+    res.seconds["compile"] = compile_seconds
     res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
     return res
+
+
+# compiled per-draw terms and NUTS step per model and compile options: a model with an ODE takes
+# a minute to compile in Numba, a replication of TI seconds to sample.  pm.sample resets the
+# step's adaptation at the start of every chain, so reuse does not change the draws.
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def _compiled(model, compile_kwargs, need_nuts):
+    from ..adapters.pymc_tempering import TemperedSampler, loglik_terms
+
+    key = repr(sorted((compile_kwargs or {}).items()))
+    cache = _COMPILED.setdefault(model, {})
+    terms, tempered = cache.get(key, (None, None))
+    if terms is None:
+        terms = loglik_terms(model, compile_kwargs)  # gradient graphs before any compile (scan models)
+    if tempered is None and need_nuts:
+        tempered = TemperedSampler(model, compile_kwargs)
+    cache[key] = (terms, tempered)
+    return terms, tempered
 
 
 def _terms_of(vals, terms, chain):
