@@ -1,0 +1,208 @@
+"""Stan fits (PyStan 3, CmdStanPy) to InferenceData with the unconstrained draws and scores.
+
+The scores are Stan's own gradient of the log density on the unconstrained space with the
+Jacobian of the constraining transforms (``log_prob_grad`` with ``adjust_transform``), and the
+unconstrained draws Stan's own ``transform_inits`` of each constrained draw: the same two groups
+``compute_scores`` writes for PyMC, so ``pymc_cv.summary`` works unchanged.
+
+Both go through the model's compiled httpstan extension module, called directly (0.1 ms a
+draw); PyStan's HTTP methods (``unconstrain_pars``, ``grad_log_prob``; ~10 ms a draw) are the
+fallback.  A CmdStanPy fit has no compiled model that can give these (CmdStan's ``log_prob``
+method returns gradients but not the unconstrained point), so its ``.stan`` program is built with
+PyStan as well; httpstan caches builds on disk, so each program compiles once per machine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+
+from ..groups import with_cv_groups
+
+__all__ = ["from_pystan", "from_cmdstanpy"]
+
+_log = logging.getLogger("pymc_cv")
+UNCONSTRAINED_NAME = "unconstrained"
+
+
+def _import_stan():
+    try:
+        import stan
+    except ImportError as err:
+        raise ImportError(
+            "PyStan is needed for Stan scores: pip install 'pystan>=3.10,<4' 'setuptools<81' "
+            "(PyStan 3.10 imports pkg_resources, which setuptools 81 removed)."
+        ) from err
+    return stan
+
+
+class _StanDensity:
+    """transform_inits and log_prob_grad of one built PyStan model, per draw."""
+
+    def __init__(self, posterior):
+        self.posterior = posterior
+        self.direct = None
+        try:
+            import httpstan.models
+            from stan.model import DataJSONEncoder
+
+            self.direct = httpstan.models.import_services_extension_module(posterior.model_name)
+            self.data = json.loads(json.dumps(posterior.data, cls=DataJSONEncoder))
+        except Exception:  # an httpstan without the module function: use PyStan's HTTP methods
+            self.direct = None
+        self.backend = "pystan (httpstan extension module)" if self.direct is not None else "pystan (HTTP)"
+
+    def unconstrain(self, constrained):
+        if self.direct is not None:
+            return np.asarray(self.direct.transform_inits(self.data, constrained), dtype=float)
+        return np.asarray(self.posterior.unconstrain_pars(constrained), dtype=float)
+
+    def grad(self, unconstrained):
+        if self.direct is not None:
+            return np.asarray(self.direct.log_prob_grad(self.data, list(unconstrained), True), dtype=float)
+        return np.asarray(self.posterior.grad_log_prob(list(unconstrained)), dtype=float)
+
+
+def _scores(density, draws, n_chain, n_draw, progressbar):
+    """Unconstrained draws and scores, (chain, draw, k), from per-draw dicts of constrained values."""
+    from ..progress import progress_bar
+
+    X, G = [], []
+    with progress_bar(progressbar) as bar:
+        task = bar.add_task("Stan scores", completed=0, total=len(draws))
+        for i, point in enumerate(draws):
+            u = density.unconstrain(point)
+            X.append(u)
+            G.append(density.grad(u))
+            if i % 200 == 199:
+                bar.advance(task, 200)
+    X, G = np.array(X), np.array(G)
+    bad = int(np.sum(~np.isfinite(G).all(axis=1)))
+    if bad:
+        import warnings
+
+        warnings.warn(f"The Stan scores are NaN or inf at {bad} draw(s); pymc_cv.summary will refuse them.",
+                      stacklevel=3)
+    k = X.shape[1]
+    return X.reshape(n_chain, n_draw, k), G.reshape(n_chain, n_draw, k)
+
+
+def _finish(idata, X, G, backend):
+    dims = {UNCONSTRAINED_NAME: ["unconstrained_dim"]}
+    new = with_cv_groups(idata, {UNCONSTRAINED_NAME: X}, {UNCONSTRAINED_NAME: G}, dims=dims)
+    for group in ("unconstrained_posterior", "score"):
+        new[group].attrs["score_backend"] = backend
+    _log.info("pymc_cv: Stan scores computed with %s", backend)
+    return new
+
+
+def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
+    """InferenceData of a PyStan 3 fit, with the unconstrained draws and the scores added.
+
+    Parameters
+    ----------
+    fit : stan.fit.Fit
+        The output of ``posterior.sample(...)``.
+    posterior : stan.model.Model
+        The model returned by ``stan.build(program_code, data=...)``.
+    progressbar : bool
+    **arviz_kwargs
+        Passed to ``arviz.from_pystan`` (e.g. ``log_likelihood``, ``coords``, ``dims``).
+
+    Returns
+    -------
+    arviz.InferenceData
+        ArviZ's conversion plus ``unconstrained_posterior`` and ``score`` (one variable,
+        ``unconstrained``, in Stan's order of the unconstrained parameter vector).  The group
+        attribute ``score_backend`` says how the scores were computed.
+
+    Examples
+    --------
+    >>> import stan, pymc_cv                                       # doctest: +SKIP
+    >>> posterior = stan.build(program_code, data=data)            # doctest: +SKIP
+    >>> fit = posterior.sample(num_chains=2, num_samples=500)      # doctest: +SKIP
+    >>> idata = pymc_cv.from_pystan(fit, posterior)                # doctest: +SKIP
+    >>> pymc_cv.summary(idata, var_names=["mu"])                   # doctest: +SKIP
+    """
+    import arviz as az
+
+    _import_stan()
+    idata = az.from_pystan(posterior=fit, posterior_model=posterior, **arviz_kwargs)
+    draws = _constrained_draws(idata.posterior, list(posterior.param_names))
+    density = _StanDensity(posterior)
+    X, G = _scores(density, draws, idata.posterior.sizes["chain"], idata.posterior.sizes["draw"], progressbar)
+    return _finish(idata, X, G, density.backend)
+
+
+def _constrained_draws(post, names):
+    """One dict of constrained parameter values per draw, chain after chain, from the posterior
+    group (so the draws line up with every other group of the InferenceData)."""
+    missing = [n for n in names if n not in post.data_vars]
+    if missing:
+        raise ValueError(f"The fit has no draws of the program's parameters {missing}: were the fit and the "
+                         "model the same program?")
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    arrays = {n: np.asarray(post[n].transpose("chain", "draw", ...).values) for n in names}
+    return [{n: arrays[n][c, j].tolist() for n in names} for c in range(n_chain) for j in range(n_draw)]
+
+
+def _program_and_data(model, data):
+    if model is None:
+        raise ValueError(
+            "from_cmdstanpy needs the Stan program: pass model= a CmdStanModel, the path of the .stan "
+            "file, or the program code (a CmdStanPy fit does not keep it)."
+        )
+    if hasattr(model, "code"):
+        code = model.code()
+        if code is None:
+            raise ValueError("The CmdStanModel has no Stan program to read; pass the .stan file path instead.")
+    elif isinstance(model, str) and model.strip().endswith(".stan") and "\n" not in model:
+        with open(model) as fh:
+            code = fh.read()
+    elif isinstance(model, str):
+        code = model
+    else:
+        raise ValueError(f"model={type(model).__name__}; pass a CmdStanModel, a .stan path or program code.")
+    if data is None:
+        data = {}
+    elif isinstance(data, str):
+        with open(data) as fh:
+            data = json.load(fh)
+    return code, dict(data)
+
+
+def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwargs):
+    """InferenceData of a CmdStanPy fit, with the unconstrained draws and the scores added.
+
+    Parameters
+    ----------
+    fit : cmdstanpy.CmdStanMCMC
+        From ``model.sample(...)`` or ``cmdstanpy.from_csv(...)``.
+    model : cmdstanpy.CmdStanModel, str
+        The model (its ``.stan`` program is read), a path to the ``.stan`` file, or the program code.
+    data : dict or str
+        The data the fit used (a dict or a JSON file path).
+    progressbar : bool
+    **arviz_kwargs
+        Passed to ``arviz.from_cmdstanpy``.
+
+    Returns
+    -------
+    arviz.InferenceData
+        As :func:`from_pystan`.  The scores come from the same program built with PyStan (see the
+        module notes); ``score_backend`` in the groups' attributes says so.
+    """
+    import arviz as az
+
+    stan = _import_stan()
+    code, data = _program_and_data(model, data)
+    idata = az.from_cmdstanpy(posterior=fit, **arviz_kwargs)
+    posterior = stan.build(code, data=data)
+    post = idata.posterior
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    draws = _constrained_draws(post, list(posterior.param_names))
+    density = _StanDensity(posterior)
+    X, G = _scores(density, draws, n_chain, n_draw, progressbar)
+    return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")

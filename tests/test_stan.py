@@ -1,0 +1,122 @@
+"""Stan fits through PyStan and CmdStanPy: scores against PyMC's, CVs against conjugate truths.
+
+These compile a real Stan program with PyStan (httpstan caches the build on disk: ~40 s the
+first time on a machine, instant after).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+stan = pytest.importorskip("stan", reason="PyStan is part of the test extra; pip install -e '.[test]'")
+
+import pymc_cv  # noqa: E402
+
+PROGRAM = Path(__file__).parent / "stan" / "beta_binomial_normal.stan"
+DATA = dict(n=20, k=7, a=2.0, b=3.0, J=4, counts=[3, 5, 2, 4], alpha=2.0, beta=1.0, M=3, y=[0.5, 1.0, 1.5],
+            m0=0.0, s0=2.0)
+# conjugate posterior means: Beta(a + k, b + n - k), Gamma(alpha + sum counts, beta + J), Normal
+TRUTH = {"p": (2 + 7) / (2 + 3 + 20), "lambda": (2 + 14) / (1 + 4), "mu": 3.0 / (3 + 1 / 4)}
+
+
+def build(seed):
+    return stan.build(PROGRAM.read_text(), data=DATA, random_seed=seed)  # PyStan seeds at build
+
+
+@pytest.fixture(scope="module")
+def posterior():
+    return build(7)
+
+
+def _pymc_model():
+    import pymc as pm
+
+    with pm.Model() as model:
+        p = pm.Beta("p", DATA["a"], DATA["b"])
+        pm.Binomial("k", DATA["n"], p, observed=DATA["k"])
+        lam = pm.Gamma("lambda", DATA["alpha"], DATA["beta"])
+        pm.Poisson("counts", lam, observed=np.array(DATA["counts"]))
+        mu = pm.Normal("mu", DATA["m0"], DATA["s0"])
+        pm.Normal("y", mu, 1.0, observed=np.array(DATA["y"]))
+    return model
+
+
+@pytest.mark.slow
+def test_pystan_scores_match_pymc_and_cvs_beat_mcmc():
+    model = _pymc_model()
+    dlogp = model.compile_dlogp(jacobian=True)
+    errs, errs_mc = [], []
+    for seed in range(3):
+        posterior = build(seed)
+        fit = posterior.sample(num_chains=2, num_samples=300, num_warmup=300)
+        idata = pymc_cv.from_pystan(fit, posterior)
+        assert idata.score.attrs["score_backend"].startswith("pystan")
+        X = idata.unconstrained_posterior["unconstrained"].values.reshape(-1, 3)
+        G = idata.score["unconstrained"].values.reshape(-1, 3)
+        # Stan's unconstrained order (p, lambda, mu) is PyMC's value variables' order here
+        assert [v.name for v in model.value_vars] == ["p_logodds__", "lambda_log__", "mu"]
+        for i in range(0, X.shape[0], 60):
+            point = {"p_logodds__": X[i, 0], "lambda_log__": X[i, 1], "mu": X[i, 2]}
+            np.testing.assert_allclose(G[i], dlogp(point), rtol=1e-6, atol=1e-8)
+        # the unconstrained draws line up with the posterior draws
+        np.testing.assert_allclose(X[:, 2], idata.posterior["mu"].values.reshape(-1), rtol=0, atol=1e-12)
+        table = pymc_cv.summary(idata, var_names=list(TRUTH), progressbar=False)
+        for name, truth in TRUTH.items():
+            errs.append(abs(table.loc[name, "cv_mean"] - truth))
+            errs_mc.append(abs(table.loc[name, "mean"] - truth))
+    assert np.mean(errs) <= 0.3 * np.mean(errs_mc)
+
+
+def _write_cmdstan_csv(path, names, draws, chain_id):
+    """Stan CSV as CmdStan writes it (the header lines cmdstanpy.from_csv reads)."""
+    n = draws.shape[0]
+    lines = [
+        "# stan_version_major = 2", "# stan_version_minor = 36", "# stan_version_patch = 0",
+        "# model = beta_binomial_normal_model", "# method = sample (Default)", "#   sample",
+        f"#     num_samples = {n}", "#     num_warmup = 300", "#     save_warmup = false (Default)",
+        "#     thin = 1 (Default)", "#     adapt", "#       engaged = true (Default)",
+        "#       gamma = 0.05 (Default)", "#       delta = 0.8 (Default)", "#       kappa = 0.75 (Default)",
+        "#       t0 = 10 (Default)", "#       init_buffer = 75 (Default)", "#       term_buffer = 50 (Default)",
+        "#       window = 25 (Default)", "#     algorithm = hmc (Default)", "#       hmc",
+        "#         engine = nuts (Default)", "#           nuts", "#             max_depth = 10 (Default)",
+        "#         metric = diag_e (Default)", "#         stepsize = 1 (Default)",
+        "#         stepsize_jitter = 0 (Default)", "#     num_chains = 1 (Default)", f"# id = {chain_id}",
+        "# output",
+        f"#   file = {path.name}",
+        ",".join(["lp__", "accept_stat__", "stepsize__", "treedepth__", "n_leapfrog__", "divergent__", "energy__"]
+                 + names),
+        "# Adaptation terminated", "# Step size = 0.8", "# Diagonal elements of inverse mass matrix:",
+        "# " + ", ".join(["1"] * len(names)),
+    ]
+    for row in draws:
+        lines.append(",".join(["-10", "0.9", "0.8", "2", "3", "0", "10"] + [repr(float(v)) for v in row]))
+    lines += ["# ", "#  Elapsed Time: 0.01 seconds (Warm-up)", "#                0.01 seconds (Sampling)",
+              "#                0.02 seconds (Total)", "# "]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
+    """No CmdStan here (its installer downloads): a CmdStanPy fit read from Stan CSV files goes
+    through the PyStan gradient route and must give the scores from_pystan gives."""
+    cmdstanpy = pytest.importorskip("cmdstanpy")
+    fit = posterior.sample(num_chains=2, num_samples=100, num_warmup=300)
+    ref = pymc_cv.from_pystan(fit, posterior)
+    names = ["p", "lambda", "mu"]
+    post = ref.posterior
+    files = []
+    for c in range(2):
+        draws = np.column_stack([post[n].values[c] for n in names])
+        files.append(tmp_path / f"chain-{c + 1}.csv")
+        _write_cmdstan_csv(files[-1], names, draws, c + 1)
+    csv_fit = cmdstanpy.from_csv([str(f) for f in files])
+    idata = pymc_cv.from_cmdstanpy(csv_fit, model=str(PROGRAM), data=DATA)
+    assert "CmdStan's log_prob not used" in idata.score.attrs["score_backend"]
+    np.testing.assert_allclose(idata.score["unconstrained"].values, ref.score["unconstrained"].values, rtol=1e-9)
+    np.testing.assert_allclose(idata.unconstrained_posterior["unconstrained"].values,
+                               ref.unconstrained_posterior["unconstrained"].values, rtol=1e-9)
+    table = pymc_cv.summary(idata, var_names=["p"], progressbar=False)
+    assert abs(table.loc["p", "cv_mean"] - TRUTH["p"]) < 3 * table.loc["p", "cv_mcse"] + 1e-6
+    with pytest.raises(ValueError, match="needs the Stan program"):
+        pymc_cv.from_cmdstanpy(csv_fit)
