@@ -100,7 +100,7 @@ def _plain_mcse(values):
 
 
 def summary(idata, model=None, var_names=None, integrands=None, method="auto", tasks=None, *,
-            B="learn", progressbar=True, **options):
+            B="learn", metacv=None, progressbar=True, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
     Parameters
@@ -117,14 +117,20 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
         (e.g. a prediction at 10 time points), estimated jointly with vv-CVs.
-    method : {"auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv"}
+    method : {"auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"}
         Estimator for scalar rows (see :func:`cv_estimate`); task groups use vv-CVs under
-        ``"auto"`` or ``"vvcv"``, otherwise ``method`` per task.
+        ``"auto"`` or ``"vvcv"``, otherwise ``method`` per task.  ``"metacv"``: task groups
+        (many tasks, e.g. predictions at hundreds of inputs) get a :class:`MetaCV`, meta-trained
+        on half of the tasks and applied to the other half, and the other way round, so no task
+        is estimated by a network that was meta-trained on it; scalar rows use ``"auto"``.
     tasks : None or "chain"
         ``"chain"``: every chain is its own task (e.g. population MCMC at several
         temperatures, scores taken per chain); one row per quantity and chain.
     B : {"learn", "identity"} or array
         Task matrix of the vv-CVs.
+    metacv : dict, optional
+        Settings of the :class:`MetaCV` for ``method="metacv"`` (``hidden``, ``meta_iterations``,
+        ``support_size``, ...).
     progressbar : bool
         PyMC-style progress bar over the rows.
     **options
@@ -158,8 +164,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
         raise ValueError("idata has no 'posterior' group; pass the InferenceData of a fitted model.")
     if tasks not in (None, "chain"):
         raise ValueError(f"tasks={tasks!r}; use None or 'chain'.")
-    if method not in ("auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv"):
-        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'cf', 'secf' or 'vvcv'.")
+    if method not in ("auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"):
+        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'cf', 'secf', 'vvcv' or 'metacv'.")
     if not (UNCONSTRAINED in idata.groups() and SCORE in idata.groups()):
         if model is None:
             stacked_draws_and_scores(idata)  # raises, saying how to get the scores
@@ -183,7 +189,7 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     n = n_chain * n_draw
     Xf, Sf = X.reshape(n, d), S.reshape(n, d)
     chain = np.repeat(np.arange(n_chain), n_draw)
-    scalar_method = "auto" if method == "vvcv" else method
+    scalar_method = "auto" if method in ("vvcv", "metacv") else method
 
     def one_by_one(labels, vals):
         return [_record(label, v, cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts))
@@ -200,6 +206,27 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
                             **vv_opts)
         return [_record(f"{label} (chain {c})", values[c], res, c) for c in range(n_chain)]
 
+    def meta(labels, vals):
+        if len(vals) < 4:
+            raise ValueError(f"method='metacv' needs at least 4 tasks in a group; '{labels[0]}' has {len(vals)}. "
+                             "Use 'vvcv' for a few tasks.")
+        from .metacv import MetaCV
+
+        # few draws per meta-task keep meta-training quick; every draw is still averaged in estimate
+        settings = {"progressbar": False, "random_seed": options.get("random_seed", 0), "meta_iterations": 1000,
+                    "support_size": min(n // 2, 50), **(metacv or {})}
+        ys = [v.reshape(n) for v in vals]
+        halves = np.arange(len(vals)) % 2  # interleaved, so neighbouring tasks fall in both halves
+        out = [None] * len(vals)
+        for h in (0, 1):
+            train = [(ys[t], Xf, Sf) for t in np.flatnonzero(halves != h)]
+            test = np.flatnonzero(halves == h)
+            res = MetaCV(**settings).meta_fit(train).estimate([ys[t] for t in test], [Xf] * test.size,
+                                                              [Sf] * test.size, chain=[chain] * test.size)
+            for j, t in enumerate(test):
+                out[t] = _record(labels[t], vals[t], res, j)
+        return out
+
     units = [([label], [values]) for label, values in rows] + groups
     records = []
     with progress_bar(progressbar) as bar:
@@ -208,6 +235,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
             if tasks == "chain":
                 for label, v in zip(labels, vals):
                     records += per_chain(label, v)
+            elif len(vals) > 1 and method == "metacv":
+                records += meta(labels, vals)
             elif len(vals) > 1 and method in ("auto", "vvcv"):
                 records += jointly(labels, vals)
             else:

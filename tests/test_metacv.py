@@ -137,3 +137,35 @@ def test_metacv_refuses_bad_input():
     x = np.random.default_rng(0).normal(size=(6, 1))
     with pytest.raises(ValueError, match="support_size"):
         pymc_cv.MetaCV(support_size=4).meta_fit([(x[:, 0], x, -x)])
+
+
+@pytest.mark.slow
+def test_summary_with_metacv_on_many_tasks_of_a_conjugate_posterior():
+    """mu | y ~ N(m, s^2) (conjugate); tasks f_j(mu) = sin(a_j mu) + b_j mu^2 with
+    E f_j = sin(a_j m) exp(-a_j^2 s^2 / 2) + b_j (m^2 + s^2)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(1.0, 1.0, size=5)
+    prior_sd = 2.0
+    post_var = 1 / (1 / prior_sd**2 + y.size)
+    m, s2 = post_var * y.sum(), post_var
+    a = np.linspace(0.5, 3.0, 24)
+    b = np.linspace(-1.0, 1.0, 24)
+    truth = np.sin(a * m) * np.exp(-(a**2) * s2 / 2) + b * (m**2 + s2)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, prior_sd)
+        pm.Normal("y", mu, 1.0, observed=y)
+        idata = pm.sample(50, tune=300, chains=2, random_seed=1, progressbar=False, compute_convergence_checks=False)
+
+    def tasks(post):
+        mu = np.asarray(post["mu"])[..., None]
+        return np.sin(a * mu) + b * mu**2
+
+    table = pymc_cv.summary(idata, model, integrands={"f": tasks}, method="metacv", progressbar=False,
+                            metacv={"hidden": (16,), "meta_iterations": 800})
+    assert list(table.index[:2]) == ["f[0]", "f[1]"] and len(table) == 24
+    err = np.abs(table["cv_mean"].to_numpy() - truth)
+    err_mc = np.abs(table["mean"].to_numpy() - truth)
+    assert err.mean() <= 0.5 * err_mc.mean()
+    assert set(table["method"]) <= {"metacv", "mc"}
