@@ -14,7 +14,10 @@ T time points, averaged over replications, next to the paper's.  The reference i
 corrected by a ZV-2 control variate (its se is printed; the plain long-run mean was not
 accurate enough to measure CV errors).
 
-Run:  python examples/lotka_volterra.py
+The same from Stan: LV_BACKEND=stan samples stan_models/lotka_volterra.stan (the same model, the same
+fixed-step RK4) with PyStan and takes the scores from Stan through pymc_cv.from_pystan.
+
+Run:  python examples/lotka_volterra.py          (LV_BACKEND=stan for the Stan version)
 Small settings (for CI):  LV_REPS=2 LV_DRAWS=200 LV_REF_DRAWS=1000 python examples/lotka_volterra.py
 """
 
@@ -35,6 +38,7 @@ import pymc_cv
 logging.getLogger("pymc").setLevel(logging.ERROR)
 
 DATA = Path(__file__).parent / "data" / "hudson-bay-lynx-hare.csv"
+STAN_PROGRAM = Path(__file__).parents[1] / "stan_models" / "lotka_volterra.stan"
 H_MODEL = 0.5
 TASKS = {
     2: [1913.0, 1913.2],
@@ -108,7 +112,32 @@ def sample(model, draws, chains, seed):
                      compile_kwargs={"mode": "NUMBA"})
 
 
+def stan_data(years, hare, lynx):
+    n_steps = int(round((years[-1] - years[0]) / H_MODEL))
+    obs = np.round((years - years[0]) / H_MODEL).astype(int)
+    return {"n_steps": n_steps, "h": H_MODEL, "N": len(years), "obs": obs.tolist(), "hare": list(map(float, hare)),
+            "lynx": list(map(float, lynx))}
+
+
+def fit_with_scores(backend, years, hare, lynx, draws, chains, seed, model=None):
+    """Posterior draws with the unconstrained draws and scores, from PyMC or from Stan."""
+    if backend == "stan":
+        import stan
+
+        posterior = stan.build(STAN_PROGRAM.read_text(), data=stan_data(years, hare, lynx), random_seed=seed)
+        init = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in INIT.items()}
+        fit = posterior.sample(num_chains=chains, num_samples=draws, num_warmup=max(draws, 500), init=[init] * chains)
+        return pymc_cv.from_pystan(fit, posterior)
+    idata = sample(model, draws, chains, seed)
+    # a fresh model: compiling the sampler rewrites the shared Scan's inner graph in place,
+    # after which its gradient can no longer be built
+    return pymc_cv.compute_scores(idata, build_model(years, hare, lynx), compile_kwargs={"mode": "NUMBA"})
+
+
 def main():
+    backend = os.environ.get("LV_BACKEND", "pymc")
+    if backend not in ("pymc", "stan"):
+        raise SystemExit(f"LV_BACKEND={backend!r}; use 'pymc' or 'stan'.")
     reps = int(os.environ.get("LV_REPS", 10))
     draws = int(os.environ.get("LV_DRAWS", 250))
     ref_draws = int(os.environ.get("LV_REF_DRAWS", 20000))
@@ -117,12 +146,11 @@ def main():
     all_times = sorted({t for ts in TASKS.values() for t in ts})
 
     t0 = time.perf_counter()
-    ref = sample(model, ref_draws // 4, 4, seed=12345)
-    ref_sec = time.perf_counter() - t0
     # The plain mean of the long run has an mcse comparable to the CV errors being measured, so
     # the reference is the long run corrected by a second-order ZV-CV (least squares: another
     # method family than the kernel CVs judged here, on independent draws).
-    ref = pymc_cv.compute_scores(ref, build_model(years, hare, lynx), compile_kwargs={"mode": "NUMBA"})
+    ref = fit_with_scores(backend, years, hare, lynx, ref_draws // 4, 4, 12345, model)
+    ref_sec = time.perf_counter() - t0
     Xr, Sr = pymc_cv.groups.stacked_draws_and_scores(ref)
     nr = Xr.shape[0] * Xr.shape[1]
     ref_prey = prey_at(ref.posterior, all_times, years[0]).reshape(nr, -1)
@@ -133,17 +161,12 @@ def main():
           f"{ref_cv.mc_se.max():.3g}, ZV-2 reference se up to {ref_cv.se.max():.3g}")
 
     err = {T: {k: [] for k in ("mcmc", "cf", "vv_fix", "vv_learn")} for T in TASKS}
-    secs = {k: 0.0 for k in ("sample", "scores", "cf", "vv_fix", "vv_learn")}
+    secs = {k: 0.0 for k in ("sample", "cf", "vv_fix", "vv_learn")}
     B_fixed = None
     for rep in range(reps):
         t = time.perf_counter()
-        idata = sample(model, draws // 2, 2, seed=rep)
+        idata = fit_with_scores(backend, years, hare, lynx, draws // 2, 2, rep, model)
         secs["sample"] += time.perf_counter() - t
-        t = time.perf_counter()
-        # a fresh model: compiling the sampler rewrites the shared Scan's inner graph in place,
-        # after which its gradient can no longer be built
-        idata = pymc_cv.compute_scores(idata, build_model(years, hare, lynx), compile_kwargs={"mode": "NUMBA"})
-        secs["scores"] += time.perf_counter() - t
         X, S = pymc_cv.groups.stacked_draws_and_scores(idata)
         n = X.shape[0] * X.shape[1]
         X, S = X.reshape(n, -1), S.reshape(n, -1)
@@ -165,7 +188,7 @@ def main():
                 err[T][key].append(np.abs(res.estimate - tv).sum())
         print(f"replication {rep + 1}/{reps} done", flush=True)
 
-    print(f"\nExpected prey abundance, sum over T time points of the absolute error, mean of {reps} "
+    print(f"\nExpected prey abundance ({backend}), sum over T time points of the absolute error, mean of {reps} "
           f"replications of {draws} NUTS draws (paper: m = 500, 10 replications)")
     print(f"{'T':>3} | {'MCMC':>7} {'CF':>7} {'vv fixB':>8} {'vv estB':>8} | {'vv estB/MCMC':>12} | "
           f"paper: {'MCMC':>6} {'CF':>6} {'fixB':>6} {'estB':>6}")
@@ -174,8 +197,7 @@ def main():
         p = PAPER[T]
         print(f"{T:>3} | {m['mcmc']:>7.3f} {m['cf']:>7.3f} {m['vv_fix']:>8.3f} {m['vv_learn']:>8.3f} | "
               f"{m['vv_learn'] / m['mcmc']:>12.3f} | {'':>6} {p[0]:>6.3f} {p[1]:>6.3f} {p[2]:>6.3f} {p[3]:>6.3f}")
-    print(f"\nseconds per replication: NUTS sampling {secs['sample'] / reps:.1f} (incl. compile), scores "
-          f"{secs['scores'] / reps:.2f}, CF {secs['cf'] / reps:.2f}, vv-CV fixed B {secs['vv_fix'] / reps:.2f}, "
+    print(f"\nseconds per replication: NUTS sampling and scores {secs['sample'] / reps:.1f} (incl. compile), CF {secs['cf'] / reps:.2f}, vv-CV fixed B {secs['vv_fix'] / reps:.2f}, "
           f"vv-CV learned B {secs['vv_learn'] / reps:.2f} (all three T)")
 
 

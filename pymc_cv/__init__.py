@@ -1,7 +1,7 @@
 """pymc-cv: Stein control variates for PyMC and Stan posterior draws."""
 
 from .core import CVResult, cv_estimate, vvcv_estimate
-from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws
+from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws, ti_from_pystan
 from .metacv import MetaCV
 from .summary import summary
 
@@ -33,5 +33,5 @@ def from_cmdstanpy(fit, model=None, data=None, **kwargs):
 __version__ = "0.1.0"
 __all__ = [
     "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
-    "ti_from_arrays", "ti_from_draws", "MetaCV", "from_pystan", "from_cmdstanpy", "__version__",
+    "ti_from_arrays", "ti_from_draws", "ti_from_pystan", "MetaCV", "from_pystan", "from_cmdstanpy", "__version__",
 ]

@@ -120,3 +120,27 @@ def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
     assert abs(table.loc["p", "cv_mean"] - TRUTH["p"]) < 3 * table.loc["p", "cv_mcse"] + 1e-6
     with pytest.raises(ValueError, match="needs the Stan program"):
         pymc_cv.from_cmdstanpy(csv_fit)
+
+
+@pytest.mark.slow
+def test_thermodynamic_integration_from_pystan_fits():
+    from scipy import stats
+
+    from pymc_cv.evidence import power_ladder, ti_from_pystan
+
+    program = (Path(__file__).parent / "stan" / "tempered_normal.stan").read_text()
+    y = np.array([0.3, 1.1, 0.8, 1.9])
+    truth = stats.multivariate_normal(np.zeros(4), np.eye(4) + 4.0 * np.ones((4, 4))).logpdf(y)
+    t = power_ladder(11)
+    data = {"N": 4, "y": y.tolist(), "temperature": 1.0}
+    fits = []
+    for i, ti in enumerate(t):
+        post = stan.build(program, data={**data, "temperature": float(ti)}, random_seed=i)
+        fits.append(post.sample(num_chains=2, num_samples=100, num_warmup=300))
+    res = ti_from_pystan(fits, program, data, t, method="cti", progressbar=False)
+    # log p(y|x) is quadratic and every rung Gaussian: ZV-CVs leave only the quadrature error
+    assert abs(res.log_evidence - truth) < 0.01
+    assert abs(res.log_evidence - truth) <= 3 * res.se + 1e-3
+    assert abs(res.log_evidence - truth) < abs(res.mc_log_evidence - truth)
+    with pytest.raises(ValueError, match="temperature"):
+        ti_from_pystan(fits, program, {"N": 4, "y": y.tolist()}, t, progressbar=False)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..groups import with_cv_groups
 
-__all__ = ["from_pystan", "from_cmdstanpy"]
+__all__ = ["from_pystan", "from_cmdstanpy", "power_posterior_terms"]
 
 _log = logging.getLogger("pymc_cv")
 UNCONSTRAINED_NAME = "unconstrained"
@@ -58,6 +58,11 @@ class _StanDensity:
         if self.direct is not None:
             return np.asarray(self.direct.transform_inits(self.data, constrained), dtype=float)
         return np.asarray(self.posterior.unconstrain_pars(constrained), dtype=float)
+
+    def log_prob(self, unconstrained):
+        if self.direct is not None:
+            return float(self.direct.log_prob(self.data, list(unconstrained), True))
+        return float(self.posterior.log_prob(list(unconstrained), adjust_transform=True))
 
     def grad(self, unconstrained):
         if self.direct is not None:
@@ -206,3 +211,36 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     density = _StanDensity(posterior)
     X, G = _scores(density, draws, n_chain, n_draw, progressbar)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
+
+
+def power_posterior_terms(fit, program_code, data, temperature="temperature"):
+    """Per-draw terms of thermodynamic integration for a PyStan fit of a tempered program.
+
+    The program must scale its log-likelihood by the data variable ``temperature`` and keep
+    its normalising constants (``target += t * normal_lpdf(...)``, as
+    ``stan_models/van_der_pol.stan``).  The same program built at temperature 1 and 0 gives
+    log p(y|x) = lp_1 - lp_0, grad log p(y|x) = g_1 - g_0 and grad log p(x) = g_0 (Jacobian
+    terms cancel in the differences and stay in g_0).
+
+    Returns
+    -------
+    loglik (n,), samples (n, k), grad_loglik (n, k), grad_logprior (n, k), chain (n,)
+        Draws chain after chain, on Stan's unconstrained space.
+    """
+    import arviz as az
+
+    stan = _import_stan()
+    if temperature not in data:
+        raise ValueError(f"data has no '{temperature}': pass the name of the program's temperature variable "
+                         "as temperature=.")
+    idata = az.from_pystan(posterior=fit)
+    post = idata.posterior
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    hot = _StanDensity(stan.build(program_code, data={**data, temperature: 1.0}))
+    cold = _StanDensity(stan.build(program_code, data={**data, temperature: 0.0}))
+    draws = _constrained_draws(post, list(hot.posterior.param_names))
+    X = np.array([hot.unconstrain(d) for d in draws])
+    g1 = np.array([hot.grad(x) for x in X])
+    g0 = np.array([cold.grad(x) for x in X])
+    ll = np.array([hot.log_prob(x) - cold.log_prob(x) for x in X])
+    return ll, X, g1 - g0, g0, np.repeat(np.arange(n_chain), n_draw)

@@ -20,7 +20,7 @@ from .quadrature import RULES, integrate, quadrature_error
 from .result import TIResult
 from .rung_moments import METHODS, rung_moments
 
-__all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays"]
+__all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_from_pystan"]
 
 
 def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B, progressbar,
@@ -151,6 +151,40 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     start = time.perf_counter()
     terms = loglik_terms(model, compile_kwargs)
     rungs = [_draws_of(idata, model, terms) for idata in idatas]
+    seconds = time.perf_counter() - start
+    res = _estimate(t, *map(list, zip(*rungs)), method, rule, group_size, B, progressbar, random_seed, options)
+    res.seconds["terms"] = seconds
+    return res
+
+
+def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="temperature", method="vvcv",
+                   rule="corrected", group_size=4, B="learn", progressbar=True, random_seed=0, **options):
+    """Log evidence by TI from PyStan fits of a tempered Stan program, one fit per temperature.
+
+    Parameters
+    ----------
+    fits : sequence of w stan.fit.Fit
+        Fit i sampled the program built with ``data[temperature] = temperatures[i]``.
+    program_code : str
+        The Stan program; its log-likelihood is multiplied by the data variable ``temperature``
+        and keeps its normalising constants (``target += t * ..._lpdf``), e.g.
+        ``stan_models/van_der_pol.stan``.
+    data : dict
+        The program's data (any value for the temperature).
+    temperatures : array (w,)
+    method, rule, group_size, B, **options : as in :func:`ti_from_arrays`.
+
+    Returns
+    -------
+    TIResult
+    """
+    from ..adapters.stan import power_posterior_terms
+
+    t = np.asarray(temperatures, dtype=float)
+    if len(fits) != t.size:
+        raise ValueError(f"{len(fits)} fits for {t.size} temperatures; pass one per rung.")
+    start = time.perf_counter()
+    rungs = [power_posterior_terms(fit, program_code, data, temperature) for fit in fits]
     seconds = time.perf_counter() - start
     res = _estimate(t, *map(list, zip(*rungs)), method, rule, group_size, B, progressbar, random_seed, options)
     res.seconds["terms"] = seconds
