@@ -43,7 +43,9 @@ def _variable_rows(idata, var_names):
     from arviz.sel_utils import xarray_var_iter
 
     post = idata.posterior
-    internal = set(idata[UNCONSTRAINED].data_vars) if UNCONSTRAINED in idata.groups() else set()
+    # value variables of transformed RVs (sigma_log__) that include_transformed=True puts in the
+    # posterior; an untransformed RV has the same name in both groups and is a row
+    internal = {v for v in idata[UNCONSTRAINED].data_vars if v.endswith("__")} if UNCONSTRAINED in idata.groups() else set()
     available = [v for v in post.data_vars if v not in internal]
     if var_names is None:
         var_names = available

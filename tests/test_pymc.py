@@ -100,6 +100,16 @@ def test_summary_rows_are_labelled_like_arviz(hierarchical):
     assert {"mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "method"} <= set(table.columns)
 
 
+def test_default_rows_are_every_posterior_variable_like_arviz(hierarchical):
+    """Untransformed free variables share their name with their value variable: still rows."""
+    model, idata = hierarchical
+    table = pymc_cv.summary(idata, model, method="zv1", progressbar=False)
+    ref = az.summary(idata, kind="stats")
+    # every row of az.summary except the value variables (tau_log__) that include_transformed adds
+    assert list(table.index) == [i for i in ref.index if "__" not in str(i)]
+    assert "mu" in table.index and not any(str(i).endswith("__") for i in table.index)
+
+
 def test_integrand_with_task_dims_goes_to_vvcv(hierarchical):
     model, idata = hierarchical
     ts = np.linspace(0, 1, 4)
