@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_ti_curve"]
+__all__ = ["plot_ti_curve", "plot_estimates", "plot_variance_reduction"]
 
 
 def _axes(ax, figsize):
@@ -65,4 +65,90 @@ def plot_ti_curve(result, *, ax=None, figsize=None, show_mc=True, interval=2.0, 
     ax.set_ylabel("E_t[log p(y | x)]")
     ax.set_title(f"Thermodynamic integration ({t.size} rungs, ±{interval:g} se)")
     ax.legend(loc="lower right", fontsize="small")
+    return ax
+
+
+def _table(table):
+    needed = {"mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction"}
+    if not hasattr(table, "columns") or not needed <= set(table.columns):
+        raise ValueError("Pass the DataFrame returned by pymc_cv.summary (columns mean, mcse_mean, cv_mean, "
+                         "cv_mcse, variance_reduction).")
+    return table
+
+
+def plot_estimates(table, *, ax=None, figsize=None, interval=2.0, reference=None):
+    """MC and CV estimates of every row of a :func:`pymc_cv.summary` table, +/- ``interval`` se.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        From :func:`pymc_cv.summary`.
+    ax, figsize : as in ArviZ.
+    interval : float
+    reference : array-like, optional
+        Known values to mark (e.g. a long-run or analytic reference), one per row.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Examples
+    --------
+    >>> import matplotlib, pandas as pd
+    >>> matplotlib.use("Agg")
+    >>> from pymc_cv.plots import plot_estimates
+    >>> t = pd.DataFrame({"mean": [1.0, 2.1], "mcse_mean": [0.1, 0.1], "cv_mean": [1.01, 2.0],
+    ...                   "cv_mcse": [0.01, 0.01], "variance_reduction": [100.0, 100.0]}, index=["a", "b"])
+    >>> len(plot_estimates(t).get_yticklabels())
+    2
+    """
+    table = _table(table)
+    ax = _axes(ax, figsize or (6.0, 0.45 * len(table) + 1.5))
+    pos = np.arange(len(table))[::-1]
+    ax.errorbar(table["mean"], pos + 0.15, xerr=interval * table["mcse_mean"], fmt="o", ms=4, color="0.55",
+                capsize=2, label="MCMC mean")
+    ax.errorbar(table["cv_mean"], pos - 0.15, xerr=interval * table["cv_mcse"], fmt="s", ms=4, color="C0",
+                capsize=2, label="control variate")
+    if reference is not None:
+        ax.scatter(np.asarray(reference, dtype=float), pos, marker="|", s=200, color="C3", label="reference", zorder=3)
+    ax.set_yticks(pos)
+    ax.set_yticklabels([str(i) for i in table.index])
+    ax.set_ylim(-0.6, len(table) - 0.4)
+    ax.set_xlabel("posterior expectation")
+    ax.set_title(f"Estimates ± {interval:g} se")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_variance_reduction(table, *, ax=None, figsize=None):
+    """The variance reduction (MC variance / CV variance, held-out) of every row, on a log scale.
+
+    Bars below 1 (the dashed line) are rows where the CV did not help; their ``cv_mean`` is the
+    MC mean.  Rows whose se is flagged unreliable are hatched.
+
+    Examples
+    --------
+    >>> import matplotlib, pandas as pd
+    >>> matplotlib.use("Agg")
+    >>> from pymc_cv.plots import plot_variance_reduction
+    >>> t = pd.DataFrame({"mean": [1.0], "mcse_mean": [0.1], "cv_mean": [1.0], "cv_mcse": [0.01],
+    ...                   "variance_reduction": [100.0], "se_reliable": [True]}, index=["a"])
+    >>> plot_variance_reduction(t).get_xscale()
+    'log'
+    """
+    table = _table(table)
+    ax = _axes(ax, figsize or (6.0, 0.35 * len(table) + 1.5))
+    vr = np.clip(table["variance_reduction"].to_numpy(dtype=float), 1e-3, 1e12)
+    pos = np.arange(len(table))[::-1]
+    reliable = table["se_reliable"].to_numpy(dtype=bool) if "se_reliable" in table else np.ones(len(table), bool)
+    colors = np.where(vr > 1, "C0", "C3")
+    for p, v, c, ok in zip(pos, vr, colors, reliable):
+        ax.barh(p, v, height=0.6, color=c, hatch=None if ok else "//", edgecolor="white" if ok else "k")
+    ax.axvline(1.0, color="k", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_ylim(-0.6, len(table) - 0.4)
+    ax.set_yticks(pos)
+    ax.set_yticklabels([str(i) for i in table.index])
+    ax.set_xlabel("variance reduction (MC variance / CV variance, held-out)")
+    ax.set_title("What the control variates gained")
     return ax
