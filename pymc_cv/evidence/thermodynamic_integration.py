@@ -177,6 +177,7 @@ def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="tempe
     Returns
     -------
     TIResult
+        With the per-draw terms in ``.draws`` (as :func:`thermodynamic_integration`).
     """
     from ..adapters.stan import power_posterior_terms
 
@@ -186,8 +187,10 @@ def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="tempe
     start = time.perf_counter()
     rungs = [power_posterior_terms(fit, program_code, data, temperature) for fit in fits]
     seconds = time.perf_counter() - start
-    res = _estimate(t, *map(list, zip(*rungs)), method, rule, group_size, B, progressbar, random_seed, options)
+    ll, X, gl, gp, ch = map(list, zip(*rungs))
+    res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options)
     res.seconds["terms"] = seconds
+    res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
     return res
 
 
