@@ -180,7 +180,7 @@ def test_thermodynamic_integration_of_a_pymc_model_with_nuts():
 
     model, truth = _nig_regression(0)
     errs, mc_errs, covered = [], [], 0
-    for seed in range(3):
+    for seed in range(2):
         r = pymc_cv.thermodynamic_integration(model, 21, draws=100, tune=300, random_seed=seed, progressbar=False)
         assert r.method == "vvcv" and r.temperatures.size == 21
         errs.append(abs(r.log_evidence - truth))
@@ -193,7 +193,7 @@ def test_thermodynamic_integration_of_a_pymc_model_with_nuts():
             assert r_mc.log_evidence == pytest.approx(r.mc_log_evidence, abs=1e-12)
     assert np.mean(errs) < 0.05
     assert np.mean(errs) <= 0.5 * np.mean(mc_errs)
-    assert covered >= 2
+    assert covered == 2
 
 
 def test_tempering_refuses_models_it_cannot_temper():
