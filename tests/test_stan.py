@@ -144,3 +144,48 @@ def test_thermodynamic_integration_from_pystan_fits():
     assert abs(res.log_evidence - truth) < abs(res.mc_log_evidence - truth)
     with pytest.raises(ValueError, match="temperature"):
         ti_from_pystan(fits, program, {"N": 4, "y": y.tolist()}, t, progressbar=False)
+
+
+def _example(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_van_der_pol_program_matches_the_pymc_example():
+    """stan_models/van_der_pol.stan and examples/van_der_pol_evidence.py define the same likelihood
+    and prior (Stan's tolerance-controlled RK45 against an accurate solve_ivp, to 1e-4 nats)."""
+    from scipy import stats
+
+    from pymc_cv.adapters.stan import _StanDensity
+
+    vdp = _example("van_der_pol_evidence")
+    y = vdp.simulate(0)
+    program = (Path(__file__).parents[1] / "stan_models" / "van_der_pol.stan").read_text()
+    data = {"S": 10, "s_obs": list(map(float, vdp.S_OBS[1:])), "y": y.tolist()}
+    hot = _StanDensity(stan.build(program, data={**data, "temperature": 1.0}))
+    cold = _StanDensity(stan.build(program, data={**data, "temperature": 0.0}))
+    for x in (0.7, 1.0, 1.4):
+        u = hot.unconstrain({"x": x})
+        assert u[0] == pytest.approx(np.log(x))
+        loglik = hot.log_prob(u) - cold.log_prob(u)
+        assert loglik == pytest.approx(vdp.loglik_numpy(x, y, vdp.solve_exact), abs=1e-4)
+        # prior on the log scale (Jacobian included): log N(log x; 0, 0.25)
+        assert cold.log_prob(u) == pytest.approx(stats.norm(0, 0.25).logpdf(np.log(x)), abs=1e-10)
+
+
+@pytest.mark.slow
+def test_hierarchical_gp_program_matches_the_pymc_example():
+    gp = _example("hierarchical_gp_metacv")
+    z, y, z_all = gp.load()
+    z_test = z_all[:5]
+    program = (Path(__file__).parents[1] / "stan_models" / "hierarchical_gp.stan").read_text()
+    data = {"Q": z.size, "z": z.tolist(), "y": y.tolist(), "noise": gp.NOISE, "M": 5, "z_test": z_test.tolist()}
+    fit = stan.build(program, data=data, random_seed=1).sample(num_chains=1, num_samples=20, num_warmup=50)
+    amp, ls = fit["amp"].ravel(), fit["ls"].ravel()
+    np.testing.assert_allclose(fit["predictive_mean"].T, gp.predictive_means(amp, ls, z, y, z_test), rtol=1e-6,
+                               atol=1e-9)
