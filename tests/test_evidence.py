@@ -216,3 +216,31 @@ def test_tempering_refuses_models_it_cannot_temper():
         pm.Normal("y", k, 1, observed=0.0)
     with pytest.raises(ValueError, match="discrete"):
         pymc_cv.thermodynamic_integration(discrete, 5)
+
+
+@pytest.mark.slow
+def test_ti_from_draws_the_user_sampled():
+    """Power posteriors sampled by the user (their own tempered models) and the untempered model."""
+    import pymc as pm
+
+    from pymc_cv.evidence import ti_from_draws
+
+    y = np.array([0.4, -0.2, 1.1])
+    truth = stats.multivariate_normal(np.zeros(3), np.eye(3) + np.ones((3, 3))).logpdf(y)
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1)
+        pm.Normal("y", x, 1, observed=y)
+    t = power_ladder(6)
+    idatas = []
+    for i, ti in enumerate(t):
+        with pm.Model():
+            x = pm.Normal("x", 0, 1)
+            pm.Potential("tempered_likelihood", ti * pm.logp(pm.Normal.dist(x, 1), y).sum())
+            idatas.append(pm.sample(100, tune=300, chains=2, random_seed=i, progressbar=False,
+                                    compute_convergence_checks=False))
+    res = ti_from_draws(idatas, t, model, method="cti", progressbar=False)
+    assert res.temperatures.size == 6 and res.seconds["terms"] >= 0
+    assert abs(res.log_evidence - truth) <= 3 * res.se + 1e-3
+    assert abs(res.log_evidence - truth) < 0.02
+    with pytest.raises(ValueError, match="one per rung"):
+        ti_from_draws(idatas[:-1], t, model)
