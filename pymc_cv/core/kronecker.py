@@ -85,7 +85,10 @@ def fit_shared_draws(X, S, Y, kernel, B, nugget, poly_order):
     yQy = np.sum(Yt**2 / den) - np.einsum("sa,sa->", zs, gam)
     s2 = max(yQy / (m * T - T * p1), 0.0)
     var0 = s2 * (U**2) @ Ms_inv[:, 0, 0]
-    return SharedDrawsFit(kernel, B, poly_order, X, S, beta, coef, np.sqrt(var0), (D, V, lam, U, den, nug))
+    # round-off can make an ill-conditioned Ms_inv[0, 0] negative: no model se then (nan), and the
+    # caller uses the held-out se instead
+    se0 = np.sqrt(np.where(var0 >= 0, var0, np.nan))
+    return SharedDrawsFit(kernel, B, poly_order, X, S, beta, coef, se0, (D, V, lam, U, den, nug))
 
 
 def reml_task_matrix(X, S, Y, kernel, nugget, poly_order):
