@@ -35,7 +35,25 @@ def _import_stan():
             "PyStan is needed for Stan scores: pip install 'pystan>=3.10,<4' 'setuptools<81' "
             "(PyStan 3.10 imports pkg_resources, which setuptools 81 removed)."
         ) from err
+    allow_nested_event_loop()
     return stan
+
+
+def allow_nested_event_loop():
+    """PyStan calls asyncio.run, which fails inside a running loop (Jupyter); nest_asyncio (an
+    ipykernel dependency) lifts that, as PyStan's own documentation advises for notebooks."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # no running loop: nothing to do
+    try:
+        import nest_asyncio
+    except ImportError as err:
+        raise RuntimeError("PyStan cannot run inside a running event loop (Jupyter) without nest_asyncio: "
+                           "pip install nest-asyncio") from err
+    nest_asyncio.apply()
 
 
 class _StanDensity:
