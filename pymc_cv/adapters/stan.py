@@ -21,7 +21,7 @@ import numpy as np
 
 from ..groups import with_cv_groups
 
-__all__ = ["from_pystan", "from_cmdstanpy", "power_posterior_terms"]
+__all__ = ["from_pystan", "from_cmdstanpy", "PowerPosteriorTerms"]
 
 _log = logging.getLogger("pymc_cv")
 UNCONSTRAINED_NAME = "unconstrained"
@@ -88,10 +88,11 @@ class _StanDensity:
         return np.asarray(self.posterior.grad_log_prob(list(unconstrained)), dtype=float)
 
 
-def _scores(density, draws, n_chain, n_draw, progressbar):
-    """Unconstrained draws and scores, (chain, draw, k), from per-draw dicts of constrained values."""
+def _scores(density, post, progressbar):
+    """Unconstrained draws and scores, (chain, draw, k), of every draw of the posterior group."""
     from ..progress import progress_bar
 
+    draws = _constrained_draws(post, list(density.posterior.param_names))
     X, G = [], []
     with progress_bar(progressbar) as bar:
         task = bar.add_task("Stan scores", completed=0, total=len(draws))
@@ -99,8 +100,8 @@ def _scores(density, draws, n_chain, n_draw, progressbar):
             u = density.unconstrain(point)
             X.append(u)
             G.append(density.grad(u))
-            if i % 200 == 199:
-                bar.advance(task, 200)
+            if i % 200 == 199 or i == len(draws) - 1:
+                bar.update(task, completed=i + 1)
     X, G = np.array(X), np.array(G)
     bad = int(np.sum(~np.isfinite(G).all(axis=1)))
     if bad:
@@ -108,8 +109,8 @@ def _scores(density, draws, n_chain, n_draw, progressbar):
 
         warnings.warn(f"The Stan scores are NaN or inf at {bad} draw(s); pymc_cv.summary will refuse them.",
                       stacklevel=3)
-    k = X.shape[1]
-    return X.reshape(n_chain, n_draw, k), G.reshape(n_chain, n_draw, k)
+    shape = (post.sizes["chain"], post.sizes["draw"], X.shape[1])
+    return X.reshape(shape), G.reshape(shape)
 
 
 def _finish(idata, X, G, backend):
@@ -153,9 +154,8 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
 
     _import_stan()
     idata = az.from_pystan(posterior=fit, posterior_model=posterior, **arviz_kwargs)
-    draws = _constrained_draws(idata.posterior, list(posterior.param_names))
     density = _StanDensity(posterior)
-    X, G = _scores(density, draws, idata.posterior.sizes["chain"], idata.posterior.sizes["draw"], progressbar)
+    X, G = _scores(density, idata.posterior, progressbar)
     return _finish(idata, X, G, density.backend)
 
 
@@ -222,43 +222,36 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     stan = _import_stan()
     code, data = _program_and_data(model, data)
     idata = az.from_cmdstanpy(posterior=fit, **arviz_kwargs)
-    posterior = stan.build(code, data=data)
-    post = idata.posterior
-    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
-    draws = _constrained_draws(post, list(posterior.param_names))
-    density = _StanDensity(posterior)
-    X, G = _scores(density, draws, n_chain, n_draw, progressbar)
+    density = _StanDensity(stan.build(code, data=data))
+    X, G = _scores(density, idata.posterior, progressbar)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
 
 
-def power_posterior_terms(fit, program_code, data, temperature="temperature"):
-    """Per-draw terms of thermodynamic integration for a PyStan fit of a tempered program.
+class PowerPosteriorTerms:
+    """Per-draw terms of thermodynamic integration for PyStan fits of one tempered program.
 
     The program must scale its log-likelihood by the data variable ``temperature`` and keep
     its normalising constants (``target += t * normal_lpdf(...)``, as
-    ``stan_models/van_der_pol.stan``).  The same program built at temperature 1 and 0 gives
-    log p(y|x) = lp_1 - lp_0, grad log p(y|x) = g_1 - g_0 and grad log p(x) = g_0 (Jacobian
-    terms cancel in the differences and stay in g_0).
-
-    Returns
-    -------
-    loglik (n,), samples (n, k), grad_loglik (n, k), grad_logprior (n, k), chain (n,)
-        Draws chain after chain, on Stan's unconstrained space.
+    ``stan_models/van_der_pol.stan``).  The same program built at temperature 1 and 0 (once,
+    for every rung) gives log p(y|x) = lp_1 - lp_0, grad log p(y|x) = g_1 - g_0 and
+    grad log p(x) = g_0 (Jacobian terms cancel in the differences and stay in g_0).
     """
-    import arviz as az
 
-    stan = _import_stan()
-    if temperature not in data:
-        raise ValueError(f"data has no '{temperature}': pass the name of the program's temperature variable "
-                         "as temperature=.")
-    idata = az.from_pystan(posterior=fit)
-    post = idata.posterior
-    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
-    hot = _StanDensity(stan.build(program_code, data={**data, temperature: 1.0}))
-    cold = _StanDensity(stan.build(program_code, data={**data, temperature: 0.0}))
-    draws = _constrained_draws(post, list(hot.posterior.param_names))
-    X = np.array([hot.unconstrain(d) for d in draws])
-    g1 = np.array([hot.grad(x) for x in X])
-    g0 = np.array([cold.grad(x) for x in X])
-    ll = np.array([hot.log_prob(x) - cold.log_prob(x) for x in X])
-    return ll, X, g1 - g0, g0, np.repeat(np.arange(n_chain), n_draw)
+    def __init__(self, program_code, data, temperature="temperature"):
+        stan = _import_stan()
+        if temperature not in data:
+            raise ValueError(f"data has no '{temperature}': pass the name of the program's temperature variable "
+                             "as temperature=.")
+        self.hot = _StanDensity(stan.build(program_code, data={**data, temperature: 1.0}))
+        self.cold = _StanDensity(stan.build(program_code, data={**data, temperature: 0.0}))
+
+    def __call__(self, fit):
+        """loglik (n,), samples (n, k), grad_loglik (n, k), grad_logprior (n, k), chain (n,) of one fit,
+        draws chain after chain, on Stan's unconstrained space."""
+        import arviz as az
+
+        post = az.from_pystan(posterior=fit).posterior
+        X, g1 = (a.reshape(-1, a.shape[-1]) for a in _scores(self.hot, post, False))
+        g0 = np.array([self.cold.grad(x) for x in X])
+        ll = np.array([self.hot.log_prob(x) - self.cold.log_prob(x) for x in X])
+        return ll, X, g1 - g0, g0, np.repeat(np.arange(post.sizes["chain"]), post.sizes["draw"])
