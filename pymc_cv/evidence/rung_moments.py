@@ -134,7 +134,7 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
             for k, (est, se) in enumerate(((mean, mean_se), (second, var_se))):
                 fs = [fit_values(i)[k] for i in idx]
                 if len(idx) == 1:
-                    r = cv_estimate(fs[0], Xs[0], Ss[0], method="auto", chain=chains and chains[0],
+                    r = cv_estimate(fs[0], Xs[0], Ss[0], method="auto", chain=rungs[idx[0]][4],
                                     random_seed=random_seed, **options)
                     ests, ses, meths = [r.estimate], [r.se], [r.method]
                 else:

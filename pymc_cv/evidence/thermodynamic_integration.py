@@ -55,6 +55,16 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
     )
 
 
+def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, **seconds):
+    """``_estimate`` on per-rung tuples (loglik, samples, grad_loglik, grad_logprior, chain), keeping
+    the draws in ``.draws`` so other estimators can be run on the same ones."""
+    ll, X, gl, gp, ch = map(list, zip(*rungs))
+    res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options)
+    res.seconds.update(seconds)
+    res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
+    return res
+
+
 def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *, chain=None, method="vvcv",
                    rule="corrected", group_size=4, B="learn", progressbar=False, random_seed=0, **options):
     """Log evidence by TI from per-rung arrays.
@@ -142,6 +152,7 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     Returns
     -------
     TIResult
+        With the per-draw terms in ``.draws`` (as :func:`thermodynamic_integration`).
     """
     from ..adapters.pymc_tempering import loglik_terms
 
@@ -151,10 +162,8 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     start = time.perf_counter()
     terms = loglik_terms(model, compile_kwargs)
     rungs = [_draws_of(idata, model, terms) for idata in idatas]
-    seconds = time.perf_counter() - start
-    res = _estimate(t, *map(list, zip(*rungs)), method, rule, group_size, B, progressbar, random_seed, options)
-    res.seconds["terms"] = seconds
-    return res
+    return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
+                           terms=time.perf_counter() - start)
 
 
 def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="temperature", method="vvcv",
@@ -179,19 +188,16 @@ def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="tempe
     TIResult
         With the per-draw terms in ``.draws`` (as :func:`thermodynamic_integration`).
     """
-    from ..adapters.stan import power_posterior_terms
+    from ..adapters.stan import PowerPosteriorTerms
 
     t = np.asarray(temperatures, dtype=float)
     if len(fits) != t.size:
         raise ValueError(f"{len(fits)} fits for {t.size} temperatures; pass one per rung.")
     start = time.perf_counter()
-    rungs = [power_posterior_terms(fit, program_code, data, temperature) for fit in fits]
-    seconds = time.perf_counter() - start
-    ll, X, gl, gp, ch = map(list, zip(*rungs))
-    res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options)
-    res.seconds["terms"] = seconds
-    res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
-    return res
+    terms = PowerPosteriorTerms(program_code, data, temperature)
+    rungs = [terms(fit) for fit in fits]
+    return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
+                           terms=time.perf_counter() - start)
 
 
 def _ladder(temperatures):
@@ -300,14 +306,9 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
             t = np.sort(np.concatenate([t, new]))
             run(t)
         rungs = [rungs[ti] for ti in t]
-    sampling = time.perf_counter() - start
-    ll, X, gl, gp, ch = map(list, zip(*rungs))
-    res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar,
-                    0 if random_seed is None else random_seed, options)
-    res.seconds["sampling"] = sampling
-    res.seconds["compile"] = compile_seconds
-    res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
-    return res
+    return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
+                           0 if random_seed is None else random_seed, options,
+                           sampling=time.perf_counter() - start, compile=compile_seconds)
 
 
 # compiled per-draw terms and NUTS step per model and compile options: a model with an ODE takes
