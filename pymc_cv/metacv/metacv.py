@@ -143,6 +143,12 @@ class MetaCV:
     def _standardise(self, X, S, f):
         return (X - self.x_loc_) / self.x_scale_, S * self.x_scale_, f / self.f_scale_
 
+    def _batch(self, tasks):
+        """Standardised draws, scores and values of (values, samples, scores) triples of equal
+        sizes, stacked over tasks: (B, K, d), (B, K, d), (B, K)."""
+        parts = [self._standardise(X, S, y) for y, X, S in tasks]
+        return tuple(np.stack([p[k] for p in parts]) for k in range(3))
+
     # -- meta-training --------------------------------------------------------------------
     def meta_fit(self, tasks, *, n_probe=50):
         """Meta-train on a collection or a source of tasks.
@@ -206,10 +212,8 @@ class MetaCV:
                     if y.size < 2 * K:
                         raise ValueError(f"a task has {y.size} draws; support_size={K} needs {2 * K}.")
                     pick = rng.permutation(y.size)[: 2 * K]
-                    batch.append(self._standardise(X[pick], S[pick], y[pick]))
-                Z = np.stack([b[0] for b in batch])
-                SZ = np.stack([b[1] for b in batch])
-                F = np.stack([b[2] for b in batch])
+                    batch.append((y[pick], X[pick], S[pick]))
+                Z, SZ, F = self._batch(batch)
                 history[it] = self._train_step(Z[:, :K], SZ[:, :K], F[:, :K], Z[:, K:], SZ[:, K:], F[:, K:])
                 if not np.isfinite(history[it]):
                     raise FloatingPointError(
@@ -225,11 +229,9 @@ class MetaCV:
     def _stein_after_adaptation(self, fit, apply):
         """Stein term (div u + u . score) at the ``apply`` draws after adapting on ``fit`` draws,
         for a batch of tasks of equal sizes; in the units of f."""
-        fz = [self._standardise(X, S, y) for y, X, S in fit]
-        az_ = [self._standardise(X, S, np.zeros(X.shape[0])) for _, X, S in apply]
-        out = self._adapt(np.stack([a[0] for a in fz]), np.stack([a[1] for a in fz]), np.stack([a[2] for a in fz]),
-                          np.stack([a[0] for a in az_]), np.stack([a[1] for a in az_]))
-        return np.asarray(out) * self.f_scale_
+        Zf, Sf, Ff = self._batch(fit)
+        Za, Sa, _ = self._batch(apply)
+        return np.asarray(self._adapt(Zf, Sf, Ff, Za, Sa)) * self.f_scale_
 
     def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True):
         """Estimate E[f] for one task, or for many (sequences of per-task arrays).
