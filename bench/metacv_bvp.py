@@ -10,11 +10,9 @@ Usage: python bench/metacv_bvp.py [N ...]   (env METACV_ITERS, default 2000)
 
 import os
 import sys
-import time
 
 import numpy as np
-
-import pymc_cv
+from metacv_protocol import meta_train_and_test
 
 PUBLISHED = {4: (1.904, 0.628), 10: (1.241, 0.327), 20: (0.682, 0.131), 40: (0.604, 0.101)}
 
@@ -42,19 +40,9 @@ def main():
     n_test = 100
     rows = []
     for N in Ns:
-        mcv = pymc_cv.MetaCV(hidden=(64, 64), inner_steps=1, inner_lr=0.01, meta_lr=2e-3, meta_iterations=iters,
-                             task_batch=5, random_seed=0, progressbar=False)
-        mcv.meta_fit(lambda rng: task(rng, N)[0])
-        rng = np.random.default_rng(12345)
-        tests = [task(rng, N) for _ in range(n_test)]
-        true = np.array([k for _, k in tests])
-        vals, xs, ss = ([t[0][j] for t in tests] for j in range(3))
-        start = time.perf_counter()
-        res = mcv.estimate(vals, xs, ss)
-        adapt_s = time.perf_counter() - start
-        res_q = mcv.estimate(vals, xs, ss, crossfit=False, fallback=False)
+        true, res, res_q, secs = meta_train_and_test(task, N, iters, n_test)
         err_mc, err_q, err_x = (np.abs(v - true) for v in (res.mc_estimate, res_q.estimate, res.estimate))
-        rows.append((N, err_mc, err_q, err_x, np.mean(res.method == "mc"), mcv.seconds_, adapt_s))
+        rows.append((N, err_mc, err_q, err_x, np.mean(res.method == "mc"), secs, secs["adapt"]))
         print(f"N={N} done", flush=True)
     print(f"\nBoundary-value ODE, d = 1, {n_test} test tasks, {iters} meta-iterations (batch 5, 2 x 64 tanh, L = 1)")
     print(f"{'N':>4} {'MC mean/med':>13} {'MetaCV(Q)':>13} {'ratio':>6} {'MetaCV(xfit)':>13} {'ratio':>6} "

@@ -12,11 +12,9 @@ Usage: python bench/metacv_oscillatory.py [N ...]   (env METACV_ITERS, default 4
 
 import os
 import sys
-import time
 
 import numpy as np
-
-import pymc_cv
+from metacv_protocol import meta_train_and_test
 
 PUBLISHED = {10: (0.178, 0.124), 20: (0.125, 0.084), 40: (0.092, 0.061), 100: (0.059, 0.035)}
 
@@ -32,7 +30,7 @@ def task(rng, n, d=2):
     x = rng.uniform(size=(n, d))
     f = np.cos(2 * np.pi * a[0] + x @ a[1:])
     z = np.log(x) - np.log1p(-x)
-    return (f, z, 1 - 2 * x), a
+    return (f, z, 1 - 2 * x), truth(a)
 
 
 def main():
@@ -41,21 +39,11 @@ def main():
     n_test = 1000
     rows = []
     for N in Ns:
-        mcv = pymc_cv.MetaCV(hidden=(64, 64), inner_steps=1, inner_lr=0.01, meta_lr=2e-3, meta_iterations=iters,
-                             task_batch=5, random_seed=0, progressbar=False)
-        mcv.meta_fit(lambda rng: task(rng, N)[0])
-        rng = np.random.default_rng(12345)
-        tests = [task(rng, N) for _ in range(n_test)]
-        true = np.array([truth(a) for _, a in tests])
-        vals, zs, ss = ([t[0][k] for t in tests] for k in range(3))
-        start = time.perf_counter()
-        res = mcv.estimate(vals, zs, ss)
-        adapt_s = time.perf_counter() - start
-        res_q = mcv.estimate(vals, zs, ss, crossfit=False, fallback=False)
+        true, res, res_q, secs = meta_train_and_test(task, N, iters, n_test)
         mc = np.mean(np.abs(res.mc_estimate - true))
         rows.append((N, mc, np.mean(np.abs(res_q.estimate - true)), np.mean(np.abs(res.estimate - true)),
                      np.mean(res.method == "mc"), np.mean(np.abs(res.estimate - true) <= 2 * res.se),
-                     mcv.seconds_["compile"], mcv.seconds_["meta_training"], adapt_s))
+                     secs["compile"], secs["meta_training"], secs["adapt"]))
         print(f"N={N} done", flush=True)
     print(f"\nOscillatory family, d = 2, {n_test} test tasks, {iters} meta-iterations (batch 5, 2 x 64 tanh, L = 1)")
     print(f"{'N':>4} {'MC':>7} {'MetaCV(Q)':>9} {'ratio':>6} {'MetaCV(xfit)':>12} {'ratio':>6} {'fallback':>8} "
