@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_ti_curve", "plot_estimates", "plot_variance_reduction"]
+__all__ = ["plot_ti_curve", "plot_estimates", "plot_variance_reduction", "plot_cv_fit"]
 
 
 def _axes(ax, figsize):
@@ -151,4 +151,96 @@ def plot_variance_reduction(table, *, ax=None, figsize=None):
     ax.set_yticklabels([str(i) for i in table.index])
     ax.set_xlabel("variance reduction (MC variance / CV variance, held-out)")
     ax.set_title("What the control variates gained")
+    return ax
+
+
+def _fit_check(result, index):
+    """(values, held-out fit, method, variance reduction) of one integrand of a CVResult, or of the
+    row ``index`` of a :func:`pymc_cv.summary` table."""
+    if hasattr(result, "attrs"):
+        rows = result.attrs.get("cv_results")
+        if rows is None:
+            raise ValueError("This table has no attrs['cv_results']; pass a table straight from pymc_cv.summary "
+                             "(pandas drops attrs on some operations, e.g. concat) or a CVResult.")
+        if index not in rows:
+            raise ValueError(f"index={index!r} is not a row of the table; use one of {list(rows)[:5]}...")
+        result, index = rows[index]
+    if not getattr(result, "heldout_residuals", None):
+        raise ValueError("Pass a CVResult from cv_estimate, vvcv_estimate or MetaCV.estimate, or a summary table.")
+    k = len(result.values)
+    if not isinstance(index, (int, np.integer)) or not -k <= index < k:
+        raise ValueError(f"index={index!r}; this result has {k} integrand(s) (tasks): use 0..{k - 1}.")
+    values = np.asarray(result.values[index], dtype=float)
+    fit = values - np.asarray(result.heldout_residuals[index], dtype=float)
+    method = np.ravel(np.asarray(result.method, dtype=object))[index]
+    vr = float(np.ravel(result.variance_reduction)[index])
+    return values, fit, str(method), vr
+
+
+def plot_cv_fit(result, index=0, *, ax=None, figsize=None):
+    """The control variate's fit on held-out draws: f(x_i) against c + g(x_i), with g fitted
+    without x_i (leave-one-out or cross-fitted, as the se was computed).
+
+    Left: f against the fit; points on the diagonal are draws the CV explains.  Right: the size
+    of the held-out residual |f - fit| on a log scale, against the spread of f (plain MC's
+    residual) and the residuals' root mean square (the CV's).  The gap between the two lines is
+    the variance reduction; a few points far above the rest (often at extreme f, where a kernel
+    fit reverts to a constant) are the heavy tail behind an "se unreliable" flag.
+
+    Parameters
+    ----------
+    result : CVResult or pandas.DataFrame
+        From :func:`pymc_cv.cv_estimate`, :func:`pymc_cv.vvcv_estimate` or
+        :meth:`pymc_cv.MetaCV.estimate`; or a :func:`pymc_cv.summary` table.
+    index : int or str
+        Integrand (task) number of a CVResult, or row label of a summary table.
+    ax : pair of matplotlib Axes, optional
+    figsize : tuple, optional
+
+    Returns
+    -------
+    numpy array of two matplotlib Axes
+
+    Examples
+    --------
+    >>> import numpy as np, matplotlib, pymc_cv
+    >>> matplotlib.use("Agg")
+    >>> from pymc_cv.plots import plot_cv_fit
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(100, 2))
+    >>> res = pymc_cv.cv_estimate(np.sin(x[:, 0]) + x[:, 1] ** 2, x, -x, method="secf")
+    >>> axes = plot_cv_fit(res)
+    >>> axes[0].get_xlabel(), axes[1].get_yscale()
+    ('held-out fit c + g(x)', 'log')
+    """
+    import matplotlib.pyplot as plt
+
+    values, fit, method, vr = _fit_check(result, index)
+    if ax is None:
+        _, ax = plt.subplots(1, 2, figsize=figsize or (9.0, 4.0))
+    ax = np.ravel(ax)
+    if ax.size != 2:
+        raise ValueError(f"ax has {ax.size} Axes; plot_cv_fit draws two panels: pass a pair, e.g. "
+                         "plt.subplots(1, 2)[1].")
+    left, right = ax
+    left.scatter(fit, values, s=9, alpha=0.6, color="C0", edgecolor="none")
+    lo, hi = min(values.min(), fit.min()), max(values.max(), fit.max())
+    pad = 0.03 * (hi - lo) if hi > lo else 1.0
+    left.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="k", lw=1, ls="--", label="f = fit")
+    left.axvline(values.mean(), color="0.55", lw=1, ls=":", label="MC (a constant fit)")
+    left.set_xlabel("held-out fit c + g(x)")
+    left.set_ylabel("integrand f(x)")
+    left.legend(fontsize="small", loc="upper left")
+
+    resid = np.abs(values - fit)
+    floor = max(resid.max(), values.std(), 1e-300) * 1e-16  # exact fits: show round-off, not -inf
+    right.scatter(fit, np.maximum(resid, floor), s=9, alpha=0.6, color="C0", edgecolor="none")
+    right.axhline(values.std(), color="0.55", lw=1.5, label=f"sd of f (MC): {values.std():.3g}")
+    rms = float(np.sqrt(np.mean(resid ** 2)))
+    right.axhline(max(rms, floor), color="C0", lw=1.5, ls="--", label=f"rms residual (CV): {rms:.3g}")
+    right.set_yscale("log")
+    right.set_xlabel("held-out fit c + g(x)")
+    right.set_ylabel("|f - fit| on held-out draws")
+    right.legend(fontsize="small", loc="lower right")
+    left.figure.suptitle(f"{method}: variance reduction {vr:.3g}x (held-out)", fontsize="medium")
     return ax

@@ -85,9 +85,20 @@ def _integrand_rows(idata, integrands, n_chain, n_draw):
     return scalar, groups
 
 
-def _record(label, values, res, t=0):
+class _ResultsByRow(dict):
+    """Row label -> (CVResult, index), kept in ``table.attrs``; pandas deep-copies ``attrs`` on
+    every operation, and these results are read-only, so copies share them."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _record(label, values, res, t=0, results=None):
     """One table row: the plain mean and ArviZ mcse of ``values`` (chain, draw) or (draw,), and
-    entry ``t`` of a CV result."""
+    entry ``t`` of a CV result (also filed in ``results``)."""
+    if results is not None:
+        results[label] = (res, t)
+
     def at(a):
         return np.ravel(np.asarray(a, dtype=object))[t]
 
@@ -144,7 +155,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     pandas.DataFrame
         Index like ``az.summary`` (``theta[0]``); columns ``mean``, ``mcse_mean`` (plain MCMC, as
         ArviZ computes them), ``cv_mean``, ``cv_mcse``, ``variance_reduction`` ((mcse/cv mcse)^2 on
-        held-out draws), ``method`` and ``se_reliable``.
+        held-out draws), ``method`` and ``se_reliable``.  ``table.attrs["cv_results"]`` maps each
+        row to its ``(CVResult, index)``, for :func:`pymc_cv.plots.plot_cv_fit`.
 
     Examples
     --------
@@ -192,21 +204,23 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     Xf, Sf = X.reshape(n, d), S.reshape(n, d)
     chain = np.repeat(np.arange(n_chain), n_draw)
     scalar_method = "auto" if method in ("vvcv", "metacv") else method
+    results = _ResultsByRow()
 
     def one_by_one(labels, vals):
-        return [_record(label, v, cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts))
+        return [_record(label, v, cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts),
+                        results=results)
                 for label, v in zip(labels, vals)]
 
     def jointly(labels, vals):
         res = vvcv_estimate([v.reshape(n) for v in vals], [Xf] * len(vals), [Sf] * len(vals), B=B,
                             chain=[chain] * len(vals), **vv_opts)
-        return [_record(label, v, res, t) for t, (label, v) in enumerate(zip(labels, vals))]
+        return [_record(label, v, res, t, results) for t, (label, v) in enumerate(zip(labels, vals))]
 
     def per_chain(label, values):
         res = vvcv_estimate([values[c] for c in range(n_chain)], [X[c] for c in range(n_chain)],
                             [S[c] for c in range(n_chain)], B=B, chain=[np.zeros(n_draw, dtype=int)] * n_chain,
                             **vv_opts)
-        return [_record(f"{label} (chain {c})", values[c], res, c) for c in range(n_chain)]
+        return [_record(f"{label} (chain {c})", values[c], res, c, results) for c in range(n_chain)]
 
     def meta(labels, vals):
         if len(vals) < 4:
@@ -226,7 +240,7 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
             res = MetaCV(**settings).meta_fit(train).estimate([ys[t] for t in test], [Xf] * test.size,
                                                               [Sf] * test.size, chain=[chain] * test.size)
             for j, t in enumerate(test):
-                out[t] = _record(labels[t], vals[t], res, j)
+                out[t] = _record(labels[t], vals[t], res, j, results)
         return out
 
     units = [([label], [values]) for label, values in rows] + groups
@@ -246,4 +260,5 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
             bar.advance(task_id, len(vals))
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
+    table.attrs["cv_results"] = results
     return table

@@ -244,16 +244,16 @@ def cv_estimate(
     else:
         candidates = [] if method == "mc" else [method]
 
-    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper")}
+    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid")}
     notes = []
     for j in range(Y.shape[1]):
         y_raw = Y[:, j]
         mc, mcse = float(np.mean(y_raw)), mcse_mean(y_raw, chain)
         loc, scale = mc, float(np.std(y_raw))
-        best = ("mc", mc, mcse, mcse, True, np.nan, None)
+        best = ("mc", mc, mcse, mcse, True, np.nan, None, y_raw - mc)
         if scale == 0.0:
             candidates_j = []  # a constant integrand is known exactly
-            best = ("mc", mc, roundoff_floor(y_raw), 0.0, True, np.nan, None)
+            best = ("mc", mc, roundoff_floor(y_raw), 0.0, True, np.nan, None, y_raw - mc)
         else:
             candidates_j = candidates
         y = (y_raw - loc) / scale if scale > 0 else y_raw
@@ -271,7 +271,7 @@ def cv_estimate(
             se_held = mcse_mean(resid * scale, chain)
             se = max(combine_se(info.get("se_model", np.nan) * scale, se_held, chain), roundoff_floor(y_raw))
             reliable, khat = reliability(z)
-            tried.append((name, loc + scale * est, se, se_held, reliable, khat, info))
+            tried.append((name, loc + scale * est, se, se_held, reliable, khat, info, (resid - resid.mean()) * scale))
         if tried:
             # methods are compared on held-out draws, the only yardstick they share
             chosen = min(tried, key=lambda t: t[3]) if method == "auto" else tried[0]
@@ -279,7 +279,7 @@ def cv_estimate(
                 best = chosen
             elif method == "auto":
                 notes.append(f"integrand {j}: no control variate beat plain MC on held-out draws; using MC.")
-        name, est, se, se_held, reliable, khat, info = best
+        name, est, se, se_held, reliable, khat, info, heldout = best
         vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
         if method not in ("auto", "mc") and vr <= 1.0:
             notes.append(f"integrand {j}: {name} did not beat plain MC on held-out draws "
@@ -287,8 +287,8 @@ def cv_estimate(
         if not reliable:
             notes.append(f"integrand {j}: held-out residuals are heavy-tailed (Pareto k-hat "
                          f"{khat:.2f} > {KHAT_THRESHOLD}); the se may be too small.")
-        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper"),
-                            (est, se, mc, mcse, name, vr, reliable, khat, info)):
+        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid"),
+                            (est, se, mc, mcse, name, vr, reliable, khat, info, heldout)):
             out[key].append(val)
 
     def arr(key, dtype=float):
@@ -299,4 +299,5 @@ def cv_estimate(
         estimate=arr("est"), se=arr("se"), mc_estimate=arr("mc"), mc_se=arr("mcse"),
         method=arr("meth", object), variance_reduction=arr("vr"), se_reliable=arr("ok", bool),
         khat=arr("khat"), hyperparameters=out["hyper"], notes=notes,
+        values=[Y[:, j].copy() for j in range(Y.shape[1])], heldout_residuals=out["resid"],
     )

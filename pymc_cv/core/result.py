@@ -27,6 +27,10 @@ class CVResult:
     khat : that k-hat (nan when it could not be computed).
     B : the task matrix used (vv-CVs only).
     notes : human-readable remarks (fallbacks, unreliable se, ...).
+    values : list of arrays, the integrand values of each integrand (task).
+    heldout_residuals : list of arrays, f - g at each draw from a fit that did not see that
+        draw (centred; f minus the mean for rows reported as MC).  ``values - heldout_residuals``
+        is the held-out fit that :func:`pymc_cv.plots.plot_cv_fit` draws against ``values``.
     """
 
     estimate: np.ndarray
@@ -40,6 +44,8 @@ class CVResult:
     B: np.ndarray | None = None
     hyperparameters: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    values: list = field(default_factory=list, repr=False)
+    heldout_residuals: list = field(default_factory=list, repr=False)
 
     @property
     def helps(self):

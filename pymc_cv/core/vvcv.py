@@ -199,7 +199,7 @@ def vvcv_estimate(
     mc = locs.copy()
     mcse = np.array([mcse_mean(y, c) for y, c in zip(ys, chains)])
     notes = []
-    se, vr, ok, khat, method = [], [], [], [], []
+    se, vr, ok, khat, method, heldout = [], [], [], [], [], []
     for t in range(T):
         r = resid[t] * scales[t]
         se_held = mcse_mean(r, chains[t])
@@ -214,13 +214,16 @@ def vvcv_estimate(
             notes.append(f"task {t}: the vv-CV did not beat MC on held-out draws "
                          f"(variance reduction {vr_t:.2f}); reporting the MC mean.")
             estimate[t], se_t, meth, rel = mc[t], mcse[t], "mc", True
+            r = ys[t] - mc[t]
         if not rel:
             notes.append(f"task {t}: held-out residuals are heavy-tailed; the se may be too small.")
         se.append(se_t), vr.append(vr_t), ok.append(rel), khat.append(kh), method.append(meth)
+        heldout.append(r - r.mean())
     return CVResult(
         estimate=estimate, se=np.array(se), mc_estimate=mc, mc_se=mcse,
         method=np.array(method, dtype=object), variance_reduction=np.array(vr),
         se_reliable=np.array(ok), khat=np.array(khat), B=Bused, hyperparameters=[hyper], notes=notes,
+        values=[np.asarray(y, dtype=float).copy() for y in ys], heldout_residuals=heldout,
     )
 
 

@@ -287,7 +287,7 @@ class MetaCV:
                 stein = self._stein_after_adaptation(fit, app)
                 for j, i in enumerate(idx):
                     resid[i][apply_h] = app[j][0] - stein[j]
-        est, se, mc, mcse, meth, vr, notes = [], [], [], [], [], [], []
+        est, se, mc, mcse, meth, vr, notes, used, heldout = [], [], [], [], [], [], [], [], []
         for i, (y, X, S, c) in enumerate(tasks):
             parts = [(resid[i][h], halves[i][h]) for h in sorted(resid[i])]
             n_used = sum(p[1].size for p in parts)
@@ -304,6 +304,8 @@ class MetaCV:
                 notes.append(f"task {i}: the Meta-CV did not reduce the held-out variance "
                              f"({v_r:.3g} vs {v_f:.3g} for f); reporting the MC mean.")
                 e, s, method = m_i, mcse_i, "mc"
+                r_all = y_used
+            used.append(y_used), heldout.append(r_all - r_all.mean())
             est.append(e), se.append(s), mc.append(m_i), mcse.append(mcse_i), meth.append(method), vr.append(vr_i)
         small = [i for i, (y, *_) in enumerate(tasks) if y.size < 40]
         if small:
@@ -319,6 +321,7 @@ class MetaCV:
             estimate=out(est), se=out(se), mc_estimate=out(mc), mc_se=out(mcse), method=out(meth, object),
             variance_reduction=out(vr), se_reliable=out(reliable, bool), khat=out([np.nan] * len(tasks)),
             hyperparameters=[{"support_size": self.support_size_, "inner_steps": self.inner_steps}], notes=notes,
+            values=used, heldout_residuals=heldout,
         )
 
     # -- persistence ----------------------------------------------------------------------
