@@ -6,28 +6,25 @@ from .metacv import MetaCV
 from .summary import summary
 
 
-def compute_scores(idata, model, **kwargs):
-    """Add unconstrained draws and scores of a PyMC ``model`` to ``idata``; see
-    :func:`pymc_cv.adapters.pymc.compute_scores` (imported lazily: PyMC is heavy)."""
-    from .adapters.pymc import compute_scores as _compute_scores
-
-    return _compute_scores(idata, model, **kwargs)
-
-
-def from_pystan(fit, posterior, **kwargs):
-    """InferenceData with unconstrained draws and scores of a PyStan 3 fit; see
-    :func:`pymc_cv.adapters.stan.from_pystan` (imported lazily)."""
-    from .adapters.stan import from_pystan as _from_pystan
-
-    return _from_pystan(fit, posterior, **kwargs)
+# The adapters import PyMC or PyStan, which take seconds; they load on first use (PEP 562),
+# and pymc_cv.compute_scores is then the adapter's own function, docstring and all.
+_LAZY = {
+    "compute_scores": "pymc_cv.adapters.pymc",
+    "from_pystan": "pymc_cv.adapters.stan",
+    "from_cmdstanpy": "pymc_cv.adapters.stan",
+}
 
 
-def from_cmdstanpy(fit, model=None, data=None, **kwargs):
-    """InferenceData with unconstrained draws and scores of a CmdStanPy fit; see
-    :func:`pymc_cv.adapters.stan.from_cmdstanpy` (imported lazily)."""
-    from .adapters.stan import from_cmdstanpy as _from_cmdstanpy
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
 
-    return _from_cmdstanpy(fit, model, data, **kwargs)
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pymc_cv' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __version__ = "0.1.0"

@@ -86,6 +86,17 @@ def test_quadrature_rules_on_the_exact_curve():
         assert abs(value - truth) / 5 < est < 5 * abs(value - truth)
 
 
+@pytest.mark.parametrize("n_rungs", range(5, 17))
+def test_richardson_error_does_not_understate_short_ladders(n_rungs):
+    # even rung counts need a coarse interval spanning one fine one; at the hot end that gave
+    # a third of the actual error on 6 rungs
+    model = GaussianRegression(seed=1, n=3, p=1, tau=2.0, s=1.0)
+    t = power_ladder(n_rungs)
+    mean, var = np.array([model.moments(ti) for ti in t]).T
+    error = abs(integrate(t, mean, var)[0] - model.log_evidence())
+    assert 0.5 * error < quadrature_error(t, mean, var) < 3 * error
+
+
 def test_quadrature_weights_and_bad_ladders():
     a, b = quadrature_weights([0, 0.25, 1], "corrected")
     np.testing.assert_allclose(a, [0.125, 0.5, 0.375])
