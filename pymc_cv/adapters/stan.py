@@ -14,8 +14,10 @@ PyStan as well; httpstan caches builds on disk, so each program compiles once pe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sys
 
 import numpy as np
 
@@ -113,6 +115,13 @@ def _scores(density, post, progressbar):
     return X.reshape(shape), G.reshape(shape)
 
 
+def _build(stan, program_code, data):
+    """stan.build for our own use: PyStan writes its build progress to stdout, which is the
+    user's (a notebook cell's output, a doctest's); send it to stderr with PyStan's other messages."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return stan.build(program_code, data=data)
+
+
 def _finish(idata, X, G, backend):
     dims = {UNCONSTRAINED_NAME: ["unconstrained_dim"]}
     new = with_cv_groups(idata, {UNCONSTRAINED_NAME: X}, {UNCONSTRAINED_NAME: G}, dims=dims)
@@ -144,11 +153,21 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
 
     Examples
     --------
-    >>> import stan, pymc_cv                                       # doctest: +SKIP
-    >>> posterior = stan.build(program_code, data=data)            # doctest: +SKIP
-    >>> fit = posterior.sample(num_chains=2, num_samples=500)      # doctest: +SKIP
-    >>> idata = pymc_cv.from_pystan(fit, posterior)                # doctest: +SKIP
-    >>> pymc_cv.summary(idata, var_names=["mu"])                   # doctest: +SKIP
+    A normal mean with known noise: its posterior mean is sum(y) / (n + 1/4) exactly, and a
+    CV is exact for it (the first build of a program takes about a minute; httpstan caches it).
+
+    >>> import numpy as np, stan, pymc_cv
+    >>> program = ("data { int<lower=1> N; vector[N] y; real<lower=0, upper=1> temperature; } "
+    ...            "parameters { real mu; } "
+    ...            "model { mu ~ normal(0, 2); target += temperature * normal_lpdf(y | mu, 1); }")
+    >>> data = {"N": 3, "y": [0.3, -0.5, 1.2], "temperature": 1.0}
+    >>> posterior = stan.build(program, data=data, random_seed=1)   # doctest: +ELLIPSIS
+    Building...
+    >>> fit = posterior.sample(num_chains=2, num_samples=300)
+    >>> idata = pymc_cv.from_pystan(fit, posterior)
+    >>> table = pymc_cv.summary(idata, var_names=["mu"], progressbar=False)
+    >>> bool(abs(table.loc["mu", "cv_mean"] - 1.0 / 3.25) < 1e-8)
+    True
     """
     import arviz as az
 
@@ -216,13 +235,25 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     arviz.InferenceData
         As :func:`from_pystan`.  The scores come from the same program built with PyStan (see the
         module notes); ``score_backend`` in the groups' attributes says so.
+
+    Examples
+    --------
+    Sampling needs CmdStan, which this package does not install (tests/test_stan.py runs this
+    function on a fit read back with ``cmdstanpy.from_csv``), hence the skips:
+
+    >>> import cmdstanpy, pymc_cv
+    >>> model = cmdstanpy.CmdStanModel(stan_file="stan_models/lotka_volterra.stan")  # doctest: +SKIP
+    >>> fit = model.sample(data="lv_data.json", chains=4)                          # doctest: +SKIP
+    >>> idata = pymc_cv.from_cmdstanpy(fit, model, "lv_data.json")                 # doctest: +SKIP
+    >>> idata.score.attrs["score_backend"]                                         # doctest: +SKIP
+    "pystan (httpstan extension module); CmdStan's log_prob not used"
     """
     import arviz as az
 
     stan = _import_stan()
     code, data = _program_and_data(model, data)
     idata = az.from_cmdstanpy(posterior=fit, **arviz_kwargs)
-    density = _StanDensity(stan.build(code, data=data))
+    density = _StanDensity(_build(stan, code, data))
     X, G = _scores(density, idata.posterior, progressbar)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
 
@@ -242,8 +273,8 @@ class PowerPosteriorTerms:
         if temperature not in data:
             raise ValueError(f"data has no '{temperature}': pass the name of the program's temperature variable "
                              "as temperature=.")
-        self.hot = _StanDensity(stan.build(program_code, data={**data, temperature: 1.0}))
-        self.cold = _StanDensity(stan.build(program_code, data={**data, temperature: 0.0}))
+        self.hot = _StanDensity(_build(stan, program_code, {**data, temperature: 1.0}))
+        self.cold = _StanDensity(_build(stan, program_code, {**data, temperature: 0.0}))
 
     def __call__(self, fit):
         """loglik (n,), samples (n, k), grad_loglik (n, k), grad_logprior (n, k), chain (n,) of one fit,

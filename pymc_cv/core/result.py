@@ -31,6 +31,17 @@ class CVResult:
     heldout_residuals : list of arrays, f - g at each draw from a fit that did not see that
         draw (centred; f minus the mean for rows reported as MC).  ``values - heldout_residuals``
         is the held-out fit that :func:`pymc_cv.plots.plot_cv_fit` draws against ``values``.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_cv
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(100, 1))
+    >>> res = pymc_cv.cv_estimate(np.column_stack([x[:, 0] ** 2, rng.normal(size=100)]), x, -x)
+    >>> res.helps          # the second integrand is noise the draws cannot explain
+    array([ True, False])
+    >>> res.method
+    array(['zv2', 'mc'], dtype=object)
     """
 
     estimate: np.ndarray
