@@ -216,7 +216,8 @@ def plot_cv_fit(result, index=0, *, ax=None, figsize=None):
     import matplotlib.pyplot as plt
 
     values, fit, method, vr = _fit_check(result, index)
-    if ax is None:
+    created = ax is None
+    if created:
         _, ax = plt.subplots(1, 2, figsize=figsize or (9.0, 4.0))
     ax = np.ravel(ax)
     if ax.size != 2:
@@ -243,4 +244,6 @@ def plot_cv_fit(result, index=0, *, ax=None, figsize=None):
     right.set_ylabel("|f - fit| on held-out draws")
     right.legend(fontsize="small", loc="lower right")
     left.figure.suptitle(f"{method}: variance reduction {vr:.3g}x (held-out)", fontsize="medium")
+    if created:
+        left.figure.tight_layout()
     return ax
