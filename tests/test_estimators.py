@@ -127,6 +127,18 @@ def test_bad_method_and_options_are_named():
         pymc_cv.cv_estimate(x3[:, 0], x3, s3, method="zv2", zv_penalty=None)
     with pytest.raises(ValueError, match="chain"):
         pymc_cv.cv_estimate(x[:, 0], x, s, chain=np.zeros(5))
+    for bad in ("all", 3):
+        with pytest.raises(ValueError, match=f"max_tune_points={bad!r}"):
+            pymc_cv.cv_estimate(x[:, 0], x, s, method="cf", max_tune_points=bad)
+        with pytest.raises(ValueError, match=f"max_tune_points={bad!r}"):
+            pymc_cv.vvcv_estimate([x[:, 0]] * 2, [x] * 2, [s] * 2, max_tune_points=bad)
+
+
+def test_auto_tuning_set_is_a_share_of_the_draws_within_bounds():
+    from pymc_cv.core.tuning import tune_points
+
+    assert [tune_points("auto", n) for n in (40, 150, 300, 1000, 5000)] == [40, 150, 150, 300, 400]
+    assert tune_points(250, 5000) == 250
 
 
 def test_lasso_zv_in_high_dimension():

@@ -23,7 +23,7 @@ from .standard_errors import KHAT_THRESHOLD, block_folds, mcse_mean
 from .uncertainty import combine_se, reliability, roundoff_floor
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
-from .tuning import subsample_per_task, tune_marginal_likelihood
+from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .validation import check_chain, check_task
 from .zero_variance import choose_penalty, fit_zero_variance, zv_loo_residuals
 
@@ -160,7 +160,7 @@ def cv_estimate(
     zv_penalty="auto",
     standardize=True,
     folds=10,
-    max_tune_points=400,
+    max_tune_points="auto",
     random_seed=0,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
@@ -199,8 +199,9 @@ def cv_estimate(
         parameters differ in scale).
     folds : int
         Number of contiguous blocks per chain for cross-fitting MCMC draws.
-    max_tune_points : int
-        Hyperparameters are tuned on a random subset of at most this many draws.
+    max_tune_points : int or "auto"
+        Hyperparameters are tuned on a random subset of at most this many draws; "auto": 30%
+        of them, at least 150 and at most 400.
     random_seed : int
 
     Returns
@@ -225,6 +226,7 @@ def cv_estimate(
     chain = check_chain(chain, n)
     if n < 5:
         raise ValueError(f"cv_estimate needs at least 5 draws; got {n}.")
+    tune_points(max_tune_points, n)
     rng = np.random.default_rng(random_seed)
     opts = dict(kernel=kernel, ard=ard, tune=tune, nugget=nugget, poly_order=poly_order,
                 max_tune_points=max_tune_points)

@@ -19,13 +19,20 @@ __all__ = ["SMALL", "blas_threads", "single_threaded_when_small"]
 SMALL = 1500
 
 
+@functools.lru_cache(maxsize=1)
+def _controller():
+    # finding the loaded BLAS libraries takes ~3 ms, a third of a whole small fit: do it once
+    # (numpy's and scipy's BLAS are loaded by then: the core imports both)
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def blas_threads(n):
     """A context: one BLAS thread for problems of at most ``SMALL`` draws, the default above."""
     if n > SMALL:
         return nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
+    return _controller().limit(limits=1, user_api="blas")
 
 
 def single_threaded_when_small(size_of):

@@ -27,7 +27,7 @@ from .result import CVResult
 from .standard_errors import block_folds, mcse_mean
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
-from .tuning import subsample_per_task, tune_marginal_likelihood
+from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .uncertainty import combine_se, reliability, roundoff_floor
 from .validation import check_B, check_chain, check_task
 
@@ -79,7 +79,7 @@ def vvcv_estimate(
     exact_max_n=10000,
     n_inducing=2000,
     folds=5,
-    max_tune_points=400,
+    max_tune_points="auto",
     fallback=True,
     random_seed=0,
 ):
@@ -106,7 +106,9 @@ def vvcv_estimate(
         Number of inducing draws for ``solver="inducing"``.
     folds : int
         Held-out blocks per task for the variance-reduction check (MCMC or large N).
-    max_tune_points : int
+    max_tune_points : int or "auto"
+        Hyperparameters are tuned on a random subset of at most this many draws; "auto": 30%
+        of them, at least 150 and at most 400.
     fallback : bool
         Report the plain MC mean (method "mc") for tasks where the vv-CV did not beat MC on
         held-out draws.
@@ -159,6 +161,7 @@ def vvcv_estimate(
         B0 = check_B(B, T)
     if solver not in ("auto", "shared", "exact", "inducing"):
         raise ValueError(f"solver={solver!r}; use 'auto', 'shared', 'exact' or 'inducing'.")
+    tune_points(max_tune_points, 1000)  # names a bad value now, not deep inside the fit
     shared = _shared(Xs, Ss)
     if solver == "shared" and not shared:
         raise ValueError("solver='shared' needs identical samples and scores for every task.")
