@@ -17,7 +17,7 @@ models with one unknown parameter each, the same log-normal prior on it:
 The log evidence log p(y) of each comes from thermodynamic integration over power posteriors
 p(y|x)^t p(x), with plain averages (MC), control functionals per rung (CF) and vv-CVs across neighbouring
 rungs, all on the same NUTS draws; one-dimensional quadrature gives the exact answer to compare with.
-`PYMC_CV_NB_FAST=1` (CI) uses 11 rungs instead of 21."""),
+`PYMC_CV_NB_FAST=1` (the test suite sets it) uses 11 rungs instead of 21."""),
     code("""import os, sys, warnings
 import numpy as np, pandas as pd, matplotlib.pyplot as plt
 import pymc_cv

@@ -11,7 +11,7 @@ One posterior, several ways to estimate the same expectations from the same draw
 zero-variance polynomial CVs (`zv1`, `zv2`), control functionals (`cf`), semi-exact CFs (`secf`), vector-valued
 CVs across related integrands (`vvcv`) and meta-learned CVs for many tasks with few draws each (`MetaCV`).
 Everything here has a closed-form truth, so the errors are real errors.  Runs in about a minute on 2 cores;
-`PYMC_CV_NB_FAST=1` (set in CI) makes it shorter."""),
+`PYMC_CV_NB_FAST=1` (the test suite sets it) makes it shorter."""),
 code("""import os, time, warnings
 import numpy as np, pandas as pd, pymc as pm, matplotlib.pyplot as plt
 import pymc_cv
