@@ -43,7 +43,15 @@ def _import_stan():
 
 def allow_nested_event_loop():
     """PyStan calls asyncio.run, which fails inside a running loop (Jupyter); nest_asyncio (an
-    ipykernel dependency) lifts that, as PyStan's own documentation advises for notebooks."""
+    ipykernel dependency) lifts that, as PyStan's own documentation advises for notebooks.
+
+    The converters call it themselves; call it before your own ``stan.build`` in a notebook.
+
+    Examples
+    --------
+    >>> from pymc_cv.adapters.stan import allow_nested_event_loop
+    >>> allow_nested_event_loop()      # outside a running event loop: nothing to do
+    """
     import asyncio
 
     try:

@@ -37,6 +37,14 @@ def conditional_ess(loglik, delta, offset=0.0):
 
     (sum W w)^2 / sum W w^2 with normalised weights W and incremental weights w: 1 when the
     two temperatures agree, small when the draws of one say little about the other.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pymc_cv.evidence import conditional_ess
+    >>> ll = np.random.default_rng(0).normal(-10, 3, size=1000)
+    >>> conditional_ess(ll, 0.0), round(conditional_ess(ll, 0.1), 2) < 1
+    (1.0, True)
     """
     ll = np.asarray(loglik, dtype=float)
     lW = offset * ll - logsumexp(offset * ll)
@@ -62,6 +70,19 @@ def refine_ladder(temperatures, logliks, target_cess=0.9, max_new=None):
     array
         The temperatures to add (possibly empty), sorted.  Within a gap [t_i, t_{i+1}] the new
         rungs are placed by bisection so that each step from t_i has the target CESS.
+
+    Examples
+    --------
+    A wide log-likelihood spread at t = 0 needs many extra rungs before t = 0.5, a narrow one
+    at t = 0.5 few after it:
+
+    >>> import numpy as np
+    >>> from pymc_cv.evidence import refine_ladder
+    >>> rng = np.random.default_rng(0)
+    >>> lls = [rng.normal(-50, 10, 500), rng.normal(-10, 1, 500), rng.normal(-9, 1, 500)]
+    >>> new = refine_ladder([0.0, 0.5, 1.0], lls)
+    >>> int(np.sum(new < 0.5)), int(np.sum(new > 0.5))
+    (10, 1)
     """
     t = np.asarray(temperatures, dtype=float)
     if len(logliks) != t.size:

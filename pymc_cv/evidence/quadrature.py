@@ -58,6 +58,18 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
 
     Rungs are sampled independently, so their errors add in quadrature; the small covariance
     of a rung's mean and variance estimates (same draws) is ignored.
+
+    Examples
+    --------
+    x ~ N(0, 1), y = 0 ~ N(x, 1): E_t[log p(y|x)] = -log(2 pi)/2 - 1/(2 (1 + t)), Var_t = 1/(2 (1 + t)^2),
+    and log p(y) = -log(4 pi)/2.
+
+    >>> import numpy as np
+    >>> from pymc_cv.evidence import integrate, power_ladder
+    >>> t = power_ladder(21)
+    >>> value, _ = integrate(t, -0.5 * np.log(2 * np.pi) - 0.5 / (1 + t), 0.5 / (1 + t) ** 2)
+    >>> bool(abs(value + 0.5 * np.log(4 * np.pi)) < 1e-6)
+    True
     """
     a, b = quadrature_weights(temperatures, rule)
     mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
@@ -80,6 +92,16 @@ def quadrature_error(temperatures, mean, var, rule="corrected"):
     at either end and the larger estimate kept (merging only at the hot end, where the fine
     intervals are widest, made the estimate 3x too small on a 6-rung power ladder).  Sampling
     noise enters both terms, so this is itself an estimate; nan below 3 rungs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pymc_cv.evidence import integrate, power_ladder, quadrature_error
+    >>> t = power_ladder(11)
+    >>> mean, var = -0.5 * np.log(2 * np.pi) - 0.5 / (1 + t), 0.5 / (1 + t) ** 2
+    >>> error = abs(integrate(t, mean, var, rule="trapezoid")[0] + 0.5 * np.log(4 * np.pi))
+    >>> bool(0.5 * error < quadrature_error(t, mean, var, rule="trapezoid") < 2 * error)
+    True
     """
     t = _check_ladder(temperatures)
     if t.size < 3:
