@@ -23,8 +23,8 @@ from .standard_errors import KHAT_THRESHOLD, block_folds, mcse_mean
 from .uncertainty import combine_se, reliability, roundoff_floor
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
-from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
-from .validation import check_chain, check_task
+from .tuning import subsample_per_task, tune_marginal_likelihood
+from .validation import check_chain, check_task, check_tune_points
 from .zero_variance import choose_penalty, fit_zero_variance, zv_loo_residuals
 
 __all__ = ["cv_estimate", "METHODS"]
@@ -226,7 +226,7 @@ def cv_estimate(
     chain = check_chain(chain, n)
     if n < 5:
         raise ValueError(f"cv_estimate needs at least 5 draws; got {n}.")
-    tune_points(max_tune_points, n)
+    max_tune_points = check_tune_points(max_tune_points)
     rng = np.random.default_rng(random_seed)
     opts = dict(kernel=kernel, ard=ard, tune=tune, nugget=nugget, poly_order=poly_order,
                 max_tune_points=max_tune_points)

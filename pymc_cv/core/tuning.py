@@ -50,14 +50,11 @@ _AUTO_TUNE = (0.3, 150, 400)
 
 
 def tune_points(max_points, N):
-    """The number of draws hyperparameters are tuned on, from ``max_tune_points`` and N."""
-    if isinstance(max_points, str):
-        if max_points != "auto":
-            raise ValueError(f"max_tune_points={max_points!r}; use 'auto' or an integer >= 10.")
+    """The number of draws hyperparameters are tuned on, from ``max_tune_points`` (checked by
+    ``validation.check_tune_points``) and N."""
+    if max_points == "auto":
         frac, lo, hi = _AUTO_TUNE
         return int(min(N, max(lo, min(hi, round(frac * N)))))
-    if int(max_points) < 10:
-        raise ValueError(f"max_tune_points={max_points!r}; use 'auto' or an integer >= 10.")
     return int(max_points)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_task", "check_chain", "check_B"]
+__all__ = ["check_task", "check_chain", "check_B", "check_tune_points"]
 
 
 def _as_float(name, a):
@@ -80,3 +80,13 @@ def check_B(B, T):
             "use B='identity', B='learn', or a covariance matrix."
         )
     return B
+
+
+def check_tune_points(max_tune_points):
+    """``max_tune_points`` is "auto" or an integer of at least 10; returns it (an int if given one)."""
+    if isinstance(max_tune_points, str):
+        if max_tune_points == "auto":
+            return max_tune_points
+    elif int(max_tune_points) >= 10:
+        return int(max_tune_points)
+    raise ValueError(f"max_tune_points={max_tune_points!r}; use 'auto' or an integer >= 10.")

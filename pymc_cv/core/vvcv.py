@@ -27,9 +27,9 @@ from .result import CVResult
 from .standard_errors import block_folds, mcse_mean
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
-from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
+from .tuning import subsample_per_task, tune_marginal_likelihood
 from .uncertainty import combine_se, reliability, roundoff_floor
-from .validation import check_B, check_chain, check_task
+from .validation import check_B, check_chain, check_task, check_tune_points
 
 __all__ = ["vvcv_estimate"]
 
@@ -161,7 +161,7 @@ def vvcv_estimate(
         B0 = check_B(B, T)
     if solver not in ("auto", "shared", "exact", "inducing"):
         raise ValueError(f"solver={solver!r}; use 'auto', 'shared', 'exact' or 'inducing'.")
-    tune_points(max_tune_points, 1000)  # names a bad value now, not deep inside the fit
+    max_tune_points = check_tune_points(max_tune_points)
     shared = _shared(Xs, Ss)
     if solver == "shared" and not shared:
         raise ValueError("solver='shared' needs identical samples and scores for every task.")
