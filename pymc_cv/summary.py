@@ -129,10 +129,14 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     integrands : dict of name -> callable, optional
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
-        (e.g. a prediction at 10 time points), estimated jointly with vv-CVs.
+        (e.g. a prediction at 10 time points).
     method : {"auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"}
-        Estimator for scalar rows (see :func:`cv_estimate`); task groups use vv-CVs under
-        ``"auto"`` or ``"vvcv"``, otherwise ``method`` per task.  ``"metacv"``: task groups
+        Estimator (see :func:`cv_estimate`).  Every row and every task shares the draws and
+        scores, so all are fitted together in one :func:`cv_estimate` call: one least-squares
+        fit for the ZV-CVs, one tuned and factorised kernel matrix for the kernel CVs, the best
+        per row.  For tasks sharing their draws this is the vv-CV with task matrix B and kernel
+        B (k0 + nugget) with any B (cokriging on shared inputs reduces to kriging per task).
+        ``"vvcv"``: each task group by :func:`vvcv_estimate` (learned B).  ``"metacv"``: task groups
         (many tasks, e.g. predictions at hundreds of inputs) get a :class:`MetaCV`, meta-trained
         on half of the tasks and applied to the other half, and the other way round, so no task
         is estimated by a network that was meta-trained on it; scalar rows use ``"auto"``.
@@ -206,10 +210,11 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     scalar_method = "auto" if method in ("vvcv", "metacv") else method
     results = _ResultsByRow()
 
-    def one_by_one(labels, vals):
-        return [_record(label, v, cv_estimate(v.reshape(n), Xf, Sf, method=scalar_method, chain=chain, **cv_opts),
-                        results=results)
-                for label, v in zip(labels, vals)]
+    def together(labels, vals):
+        # every row shares the draws and scores: one estimator call fits them all at once
+        res = cv_estimate(np.column_stack([v.reshape(n) for v in vals]), Xf, Sf, method=scalar_method,
+                          chain=chain, **cv_opts)
+        return [_record(label, v, res, j, results) for j, (label, v) in enumerate(zip(labels, vals))]
 
     def jointly(labels, vals):
         res = vvcv_estimate([v.reshape(n) for v in vals], [Xf] * len(vals), [Sf] * len(vals), B=B,
@@ -243,21 +248,28 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
                 out[t] = _record(labels[t], vals[t], res, j, results)
         return out
 
-    units = [([label], [values]) for label, values in rows] + groups
+    if tasks == "chain":
+        units = [([label], [values], "per_chain") for label, values in rows]
+        units += [([lab], [v], "per_chain") for labels, vals in groups for lab, v in zip(labels, vals)]
+    else:
+        joint = {"metacv": "meta", "vvcv": "jointly"}.get(method)
+        alone = [(labels, vals) for labels, vals in groups if joint is None or len(vals) == 1]
+        units = [([lab for lab, _ in rows] + [lab for labels, _ in alone for lab in labels],
+                  [v for _, v in rows] + [v for _, vals in alone for v in vals], "together")]
+        units += [(labels, vals, joint) for labels, vals in groups if joint is not None and len(vals) > 1]
+    run = {"per_chain": lambda labels, vals: per_chain(labels[0], vals[0]), "together": together,
+           "jointly": jointly, "meta": meta}
     records = []
     with progress_bar(progressbar) as bar:
         task_id = bar.add_task("Control variates", completed=0, total=max(sum(len(u[0]) for u in units), 1))
-        for labels, vals in units:
-            if tasks == "chain":
-                for label, v in zip(labels, vals):
-                    records += per_chain(label, v)
-            elif len(vals) > 1 and method == "metacv":
-                records += meta(labels, vals)
-            elif len(vals) > 1 and method in ("auto", "vvcv"):
-                records += jointly(labels, vals)
-            else:
-                records += one_by_one(labels, vals)
+        for labels, vals, how in units:
+            if labels:
+                records += run[how](labels, vals)
             bar.advance(task_id, len(vals))
+    order = {label: i for i, label in enumerate([lab for lab, _ in rows] +
+                                                [lab for labels, _ in groups for lab in labels])}
+    if tasks != "chain":
+        records.sort(key=lambda r: order[r[0]])
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
     table.attrs["cv_results"] = results

@@ -110,7 +110,7 @@ def test_default_rows_are_every_posterior_variable_like_arviz(hierarchical):
     assert "mu" in table.index and not any(str(i).endswith("__") for i in table.index)
 
 
-def test_integrand_with_task_dims_goes_to_vvcv(hierarchical):
+def test_integrand_with_task_dims_is_fitted_with_the_rows_or_by_vvcv(hierarchical):
     model, idata = hierarchical
     ts = np.linspace(0, 1, 4)
 
@@ -118,11 +118,12 @@ def test_integrand_with_task_dims_goes_to_vvcv(hierarchical):
         mu = np.asarray(post["mu"])[..., None]
         return mu + ts * mu**2
 
-    table = pymc_cv.summary(idata, model, integrands={"curve": curve}, progressbar=False)
-    assert list(table.index) == [f"curve[{i}]" for i in range(4)]
-    assert all(m.startswith("vvcv") or m == "mc" for m in table["method"])
     plain = curve(idata.posterior).mean(axis=(0, 1))
-    np.testing.assert_allclose(table["mean"].values, plain)
+    for method, names in (("auto", {"zv1", "zv2", "cf", "secf", "mc"}), ("vvcv", {"vvcv-shared", "mc"})):
+        table = pymc_cv.summary(idata, model, integrands={"curve": curve}, method=method, progressbar=False)
+        assert list(table.index) == [f"curve[{i}]" for i in range(4)]
+        assert set(table["method"]) <= names
+        np.testing.assert_allclose(table["mean"].values, plain)
 
 
 def test_tasks_chain_gives_one_row_per_chain(hierarchical):

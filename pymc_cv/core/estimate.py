@@ -1,109 +1,67 @@
-"""``cv_estimate``: control variates for the expectations of one or more integrands under one target.
+"""``cv_estimate``: control variates for the expectations of k integrands under one target.
 
-Every method is judged on held-out draws.  For independent draws these are
-exact leave-one-out residuals (closed form for least squares and for the
-GLS kernel fit); for MCMC draws (``chain`` given) the fit is refitted on K-1
-of K contiguous blocks of every chain and evaluated on the held-out block,
-so autocorrelated neighbours cannot leak into the fit.  Held-out residuals
-give the variance reduction over MC and drive ``method="auto"``; the
-reported se is sd(held-out residuals) / sqrt(ESS) for ZV-CVs and the rule
-of ``uncertainty`` for kernel CVs.
+The k integrands share the draws and scores, so the work is shared too:
+
+1. zero-variance CVs (ZV-1, ZV-2): one least-squares fit for all integrands;
+2. kernel CVs (CF, SEMI-exact CF): hyperparameters tuned once, by REML summed over (up to 20
+   of) the integrands, on a subset of the draws; one factorisation of the kernel matrix serves
+   both designs and all integrands; above ``exact_max_n`` draws, inducing points (``nystrom``),
+   their number chosen by the held-out error;
+3. every candidate's held-out residuals come in closed form from its one fit (``heldout``), and
+   ``finalize`` picks per integrand, reports the se and says when no CV helped.
+
+Under ``method="auto"`` kernels are fitted only for integrands that ZV-CVs did not already make
+exact, and not at all above ``kernel_max_dim`` parameters (said in the notes).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .kernel_cv import design_matrix, fit_kernel_cv
+from .finalize import Candidate, finalize
+from .heldout import fold_labels
+from .kernel_cv import design_matrix, fit_exact_heldout
 from .kernels import make_kernel
 from .linalg import loo_residuals, restricted_loglik
-from .polynomial import n_polynomial_features, stein_polynomial_features
-from .result import CVResult
-from .standard_errors import KHAT_THRESHOLD, block_folds, mcse_mean
-from .uncertainty import combine_se, reliability, roundoff_floor
+from .nystrom import choose_inducing
+from .polynomial import n_polynomial_features
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
-from .tuning import subsample_per_task, tune_marginal_likelihood
-from .validation import check_chain, check_task, check_tune_points
-from .zero_variance import choose_penalty, fit_zero_variance, zv_loo_residuals
+from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
+from .validation import check_cv_options, check_task
+from .zero_variance import zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
 
 METHODS = ("mc", "zv1", "zv2", "cf", "secf", "auto")
-
-
-def _zv_method(order, penalty):
-    def fit(X, S, y):
-        pen = choose_penalty(len(y), n_polynomial_features(X.shape[1], order), penalty)
-        b0, gamma = fit_zero_variance(X, S, y, order, pen)
-
-        def zero_mean_part(Xt, St):
-            return stein_polynomial_features(Xt, St, order) @ gamma
-
-        return b0, zero_mean_part, {"order": order, "penalty": pen}, None
-
-    def loo(X, S, y, info):
-        if info["penalty"] is None:
-            r = zv_loo_residuals(X, S, y, order)
-            return r, r
-        return None
-
-    return fit, loo
+_MAX_TUNE_COLUMNS = 20
+# held-out residual variance below this share of var(f): the integrand is already exact
+_EXACT = 1e-20
 
 
 def _secf_order(n, d, poly_order):
     if poly_order != "auto":
         return int(poly_order)
-    # leave at least half the draws for the kernel part
+    # leave at least two thirds of the draws for the kernel part
     for order in (2, 1):
         if 1 + n_polynomial_features(d, order) <= n // 3:
             return order
     return 0
 
 
-def _kernel_method(semi_exact, opts, rng):
-    def fit(X, S, y, hyper=None):
-        n, d = X.shape
-        order = _secf_order(n, d, opts["poly_order"]) if semi_exact else 0
-        tau = np.zeros(n, dtype=int)
-        B = np.ones((1, 1))
-        if hyper is None:
-            kernel = make_kernel(opts["kernel"], d, X, ard=opts["ard"])
-            idx = subsample_per_task(tau, 1, opts["max_tune_points"], rng)
-            hyper = _tune(kernel, X[idx], S[idx], y[idx], tau[idx], B, order, opts)
-        kernel, nugget = hyper
-        model = fit_kernel_cv(X, S, y, tau, 1, kernel, B, nugget, order)
-
-        def zero_mean_part(Xt, St):
-            return model.zero_mean_part(Xt, St, np.zeros(Xt.shape[0], dtype=int))
-
-        def predictive_sd(Xt, St):
-            return model.predictive_sd(Xt, St, np.zeros(Xt.shape[0], dtype=int))
-
-        info = {"kernel": kernel, "nugget": nugget, "poly_order": order, "hyper": hyper,
-                "se_model": float(model.intercept_se[0]), "model": model}
-        return float(model.intercepts[0]), zero_mean_part, info, predictive_sd
-
-    def loo(X, S, y, info):
-        return info["model"].loo_residuals(y)
-
-    return fit, loo
-
-
-def _tune(kernel, X, S, y, tau, B, order, opts):
+def _tune(kernel, X, S, Y, order, opts):
+    tau, B = np.zeros(X.shape[0], dtype=int), np.ones((1, 1))
     if opts["tune"] == "none":
         return kernel, opts["nugget"]
     if opts["tune"] == "ml":
-        h = tune_marginal_likelihood(kernel, X, S, y, tau, B.shape[0], B, order, nugget=opts["nugget"])
+        h = tune_marginal_likelihood(kernel, X, S, Y, tau, 1, B, order, nugget=opts["nugget"])
         return h.kernel, h.nugget
-    if opts["tune"] == "cv":
-        return _tune_loo_grid(kernel, X, S, y, tau, B, order, opts)
-    raise ValueError(f"tune={opts['tune']!r}; use 'ml' (marginal likelihood), 'cv' or 'none'.")
+    return _tune_loo_grid(kernel, X, S, Y, tau, B, order, opts)
 
 
-def _tune_loo_grid(kernel, X, S, y, tau, B, order, opts):
+def _tune_loo_grid(kernel, X, S, Y, tau, B, order, opts):
     """Grid search minimising the exact leave-one-out squared error (ZVCV's CF_crossval, n folds)."""
-    P = design_matrix(X, S, tau, B.shape[0], order)
+    P = design_matrix(X, S, tau, 1, order)
     base = kernel.log_params()
     best = (np.inf, kernel, opts["nugget"])
     for mult in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0) if kernel.n_params else (1.0,):
@@ -113,35 +71,61 @@ def _tune_loo_grid(kernel, X, S, y, tau, B, order, opts):
             C = K0.copy()
             C[np.diag_indices_from(C)] += nug * np.mean(np.diag(K0))
             try:
-                _, _, Q = restricted_loglik(C, P, y)
+                _, _, Q = restricted_loglik(C, P, Y)
             except (ValueError, np.linalg.LinAlgError):
                 continue
-            err = float(np.mean(loo_residuals(Q, y)[0] ** 2))
+            err = float(np.mean(loo_residuals(Q, Y)[0] ** 2))
             if err < best[0]:
                 best = (err, kern, nug)
     return best[1], best[2]
 
 
-def _heldout_residuals(fit, loo, X, S, y, chain, folds, info):
-    """Residuals f - g on draws the fit did not see (see module docstring), and the same
-    standardised by the fit's predictive sd where it has one."""
-    if chain is None and loo is not None:
-        r = loo(X, S, y, info)
-        if r is not None:
-            return r
-    k = int(min(folds, max(2, X.shape[0] // 4)))
-    labels = block_folds(X.shape[0], chain, k)
-    resid = np.empty_like(y)
-    z = np.empty_like(y)
-    for f in range(k):
-        test = labels == f
-        train = ~test
-        kwargs = {"hyper": info["hyper"]} if "hyper" in info else {}
-        _, g, _, sd = fit(X[train], S[train], y[train], **kwargs)
-        resid[test] = y[test] - g(X[test], S[test])
-        z[test] = resid[test] / sd(X[test], S[test]) if sd is not None else resid[test]
-    resid -= resid.mean()
-    return resid, z
+def _kernel_candidates(names, X, S, Y, cols, chain, opts, rng, notes):
+    """CF and/or SECF candidates for the columns ``cols`` of ``Y`` (standardised columns)."""
+    n, d = X.shape
+    n_tune = tune_points(opts["max_tune_points"], n)
+    order = _secf_order(n, d, opts["poly_order"]) if "secf" in names else 0
+    orders = ([0] if "cf" in names else []) + ([order] if "secf" in names and order > 0 else [])
+    if not orders:  # SECF without room for polynomials is the CF
+        orders, names = [0], ["cf"]
+    tune_order = min(max(orders), _secf_order(n_tune, d, "auto") if opts["poly_order"] == "auto" else max(orders))
+    ard = opts["ard"] if opts["ard"] != "auto" else d <= 20
+    kernel = make_kernel(opts["kernel"], d, X, ard=ard)
+    idx = subsample_per_task(np.zeros(n, dtype=int), 1, n_tune, rng)
+    tcols = cols[np.unique(np.linspace(0, cols.size - 1, min(cols.size, _MAX_TUNE_COLUMNS)).astype(int))]
+    kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
+    Ysub = Y[:, cols]
+    tau, B = np.zeros(n, dtype=int), np.ones((1, 1))
+    labels = fold_labels(n, chain, opts["folds"])
+    info = {"kernel": kernel, "nugget": nugget}
+    if n <= opts["exact_max_n"]:
+        fits = fit_exact_heldout(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels)
+        suffix = ""
+    else:
+        choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng)
+        fits = choice.fits
+        info["n_inducing"] = choice.m
+        suffix = "-nystrom"
+        notes.append(f"kernel CVs used {choice.m} inducing draws ({n} draws > exact_max_n="
+                     f"{opts['exact_max_n']}; held-out mean squared error by M: "
+                     + ", ".join(f"{m}: {e:.3g}" for m, e in choice.path) + ").")
+    out = []
+    for fit in fits:
+        name = ("secf" if fit.poly_order else "cf") + suffix
+        out.append(Candidate(name, fit.beta[0], fit.resid, fit.z, fit.beta_se[0],
+                             {**info, "poly_order": fit.poly_order}, columns=cols))
+    return out
+
+
+def _rescale(cand, loc, scale):
+    """A candidate fitted on standardised columns, in the integrands' units."""
+    cols = np.arange(loc.size) if cand.columns is None else cand.columns
+    lo, sc = loc[cols], scale[cols]
+    cand.estimate = lo + sc * cand.estimate
+    cand.resid = cand.resid * sc
+    if cand.se_model is not None:
+        cand.se_model = cand.se_model * sc
+    return cand
 
 
 @single_threaded_when_small(lambda values, *a, **k: np.shape(values)[0])
@@ -153,7 +137,7 @@ def cv_estimate(
     *,
     chain=None,
     kernel="se",
-    ard=True,
+    ard="auto",
     tune="ml",
     nugget=1e-4,
     poly_order="auto",
@@ -161,6 +145,8 @@ def cv_estimate(
     standardize=True,
     folds=10,
     max_tune_points="auto",
+    exact_max_n=4000,
+    kernel_max_dim=50,
     random_seed=0,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
@@ -168,7 +154,7 @@ def cv_estimate(
     Parameters
     ----------
     values : array (n,) or (n, k)
-        Integrand values f(x_i) at each draw (k integrands at once).
+        Integrand values f(x_i) at each draw (k integrands at once, sharing all the work).
     samples : array (n, d)
         The draws, on the unconstrained space where the scores are taken.
     scores : array (n, d)
@@ -176,14 +162,16 @@ def cv_estimate(
     method : {"auto", "mc", "zv1", "zv2", "cf", "secf"}
         ``"zv1"``/``"zv2"``: zero-variance polynomial CVs; ``"cf"``: control functional
         (kernel CV); ``"secf"``: semi-exact control functional (polynomial + kernel);
-        ``"auto"``: the method with the smallest held-out standard error, MC included.
+        ``"auto"``: per integrand the method with the smallest held-out standard error, MC
+        included.
     chain : array (n,), optional
         Chain label of each draw for MCMC output; draws must be in sampling order
         within a chain.  Without it the draws are treated as independent.
     kernel : {"se", "imq", "precond_se", "polynomial"} or kernel object
         Base kernel of the Stein kernel (squared exponential by default).
-    ard : bool
-        One lengthscale per dimension (True) or a single one.
+    ard : bool or "auto"
+        One lengthscale per dimension (True) or a single one; "auto": one per dimension up to
+        d = 20.
     tune : {"ml", "cv", "none"}
         Kernel hyperparameters by restricted marginal likelihood with exact gradients
         (L-BFGS), by a leave-one-out grid search, or not at all (median heuristic).
@@ -198,10 +186,14 @@ def cv_estimate(
         Work in z = (x - mean) / sd with scores sd * s (strongly recommended when
         parameters differ in scale).
     folds : int
-        Number of contiguous blocks per chain for cross-fitting MCMC draws.
+        Contiguous held-out blocks per chain for MCMC draws (at least 2).
     max_tune_points : int or "auto"
         Hyperparameters are tuned on a random subset of at most this many draws; "auto": 30%
         of them, at least 150 and at most 400.
+    exact_max_n : int
+        Above this many draws kernel CVs use inducing points (O(n M) memory), said in the notes.
+    kernel_max_dim : int
+        ``method="auto"`` fits no kernel CV above this many parameters (ZV-CVs or MC only).
     random_seed : int
 
     Returns
@@ -223,83 +215,59 @@ def cv_estimate(
         raise ValueError(f"method={method!r} is unknown; use one of {METHODS}.")
     Y, X, S, one_d = check_task(values, samples, scores)
     n, d = X.shape
-    chain = check_chain(chain, n)
-    if n < 5:
-        raise ValueError(f"cv_estimate needs at least 5 draws; got {n}.")
-    max_tune_points = check_tune_points(max_tune_points)
+    opts = check_cv_options(n, chain=chain, folds=folds, nugget=nugget, max_tune_points=max_tune_points,
+                            exact_max_n=exact_max_n, kernel_max_dim=kernel_max_dim, tune=tune, ard=ard,
+                            poly_order=poly_order)
+    chain = opts.pop("chain")
+    opts.update(kernel=kernel)
     rng = np.random.default_rng(random_seed)
-    opts = dict(kernel=kernel, ard=ard, tune=tune, nugget=nugget, poly_order=poly_order,
-                max_tune_points=max_tune_points)
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
     Xs, Ss = std.transform(X, S)
+    loc = Y.mean(axis=0)
+    scale = Y.std(axis=0)
+    live = np.flatnonzero(scale > 0)  # a constant integrand is known exactly: nothing to fit
+    Ystd = (Y - loc) / np.where(scale > 0, scale, 1.0)
+    scale = np.where(scale > 0, scale, 1.0)
 
-    builders = {
-        "zv1": lambda: _zv_method(1, zv_penalty),
-        "zv2": lambda: _zv_method(2, zv_penalty),
-        "cf": lambda: _kernel_method(False, opts, rng),
-        "secf": lambda: _kernel_method(True, opts, rng),
-    }
     if method == "auto":
-        candidates = ["zv1", "cf", "secf"]
-        if n > 2 * (1 + n_polynomial_features(d, 2)):
-            candidates.insert(1, "zv2")
+        zv_orders = [1] + ([2] if n > 2 * (1 + n_polynomial_features(d, 2)) else [])
+        kernel_names = ["cf", "secf"]
     else:
-        candidates = [] if method == "mc" else [method]
-
-    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid")}
-    notes = []
-    for j in range(Y.shape[1]):
-        y_raw = Y[:, j]
-        mc, mcse = float(np.mean(y_raw)), mcse_mean(y_raw, chain)
-        loc, scale = mc, float(np.std(y_raw))
-        best = ("mc", mc, mcse, mcse, True, np.nan, None, y_raw - mc)
-        if scale == 0.0:
-            candidates_j = []  # a constant integrand is known exactly
-            best = ("mc", mc, roundoff_floor(y_raw), 0.0, True, np.nan, None, y_raw - mc)
-        else:
-            candidates_j = candidates
-        y = (y_raw - loc) / scale if scale > 0 else y_raw
-        tried = []
-        for name in candidates_j:
-            fit, loo = builders[name]()
-            try:
-                est, _, info, _ = fit(Xs, Ss, y)
-                resid, z = _heldout_residuals(fit, loo, Xs, Ss, y, chain, folds, info)
-            except ValueError as err:
-                if method != "auto":
-                    raise
-                notes.append(f"integrand {j}: {name} skipped ({err})")
-                continue
-            se_held = mcse_mean(resid * scale, chain)
-            se = max(combine_se(info.get("se_model", np.nan) * scale, se_held, chain), roundoff_floor(y_raw))
-            reliable, khat = reliability(z)
-            tried.append((name, loc + scale * est, se, se_held, reliable, khat, info, (resid - resid.mean()) * scale))
-        if tried:
-            # methods are compared on held-out draws, the only yardstick they share
-            chosen = min(tried, key=lambda t: t[3]) if method == "auto" else tried[0]
-            if method != "auto" or chosen[3] < mcse:
-                best = chosen
-            elif method == "auto":
-                notes.append(f"integrand {j}: no control variate beat plain MC on held-out draws; using MC.")
-        name, est, se, se_held, reliable, khat, info, heldout = best
-        vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
-        if method not in ("auto", "mc") and vr <= 1.0:
-            notes.append(f"integrand {j}: {name} did not beat plain MC on held-out draws "
-                         f"(variance reduction {vr:.2f}); prefer method='auto' or 'mc'.")
-        if not reliable:
-            notes.append(f"integrand {j}: held-out residuals are heavy-tailed (Pareto k-hat "
-                         f"{khat:.2f} > {KHAT_THRESHOLD}); the se may be too small.")
-        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid"),
-                            (est, se, mc, mcse, name, vr, reliable, khat, info, heldout)):
-            out[key].append(val)
-
-    def arr(key, dtype=float):
-        a = np.asarray(out[key], dtype=dtype)
-        return a[0] if one_d else a
-
-    return CVResult(
-        estimate=arr("est"), se=arr("se"), mc_estimate=arr("mc"), mc_se=arr("mcse"),
-        method=arr("meth", object), variance_reduction=arr("vr"), se_reliable=arr("ok", bool),
-        khat=arr("khat"), hyperparameters=out["hyper"], notes=notes,
-        values=[Y[:, j].copy() for j in range(Y.shape[1])], heldout_residuals=out["resid"],
-    )
+        zv_orders = [int(method[2])] if method.startswith("zv") else []
+        kernel_names = [method] if method in ("cf", "secf") else []
+    notes, candidates = [], []
+    for order in zv_orders if live.size else []:
+        try:
+            cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
+                                           random_seed)
+        except ValueError as err:
+            if method != "auto":
+                raise
+            notes.append(f"zv{order} skipped ({err})")
+            continue
+        cand.columns = live
+        candidates.append(cand)
+    if kernel_names and method == "auto" and d > kernel_max_dim:
+        notes.append(f"no kernel CVs: d = {d} > kernel_max_dim = {kernel_max_dim} (they rarely pay in "
+                     "this many dimensions and cost O(d) per kernel entry); ZV-CVs or MC only.")
+        kernel_names = []
+    todo = live
+    if kernel_names and method == "auto":
+        # an integrand a ZV-CV already made exact gains nothing from a kernel fit
+        exact = [c.columns[np.var(c.resid, axis=0) <= _EXACT] for c in candidates]
+        todo = np.setdiff1d(live, np.concatenate(exact)) if exact else live
+    if kernel_names and todo.size:
+        try:
+            candidates += _kernel_candidates(kernel_names, Xs, Ss, Ystd, todo, chain, opts, rng, notes)
+        except ValueError as err:
+            if method != "auto":
+                raise
+            notes.append(f"kernel CVs skipped ({err})")
+    candidates = [_rescale(c, loc, scale) for c in candidates]
+    res = finalize(Y, chain, candidates, choose="best" if method == "auto" else "first",
+                   fallback=method == "auto", notes=notes)
+    if one_d:
+        for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
+                    "khat"):
+            setattr(res, key, getattr(res, key)[0])
+    return res

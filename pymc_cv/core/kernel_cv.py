@@ -127,3 +127,76 @@ def fit_kernel_cv(X, S, y, tau, T, kernel, B, nugget, poly_order):
     beta, coef, L, beta_cov = gls_solve(A, P, y[:, None])
     return KernelCVFit(kernel, B, nugget, poly_order, X, S, tau, beta[:, 0], coef[:, 0],
                        beta_cov[:, :, 0], L, nugget * k0_scale)
+
+
+@dataclass
+class ExactHeldout:
+    """One design's GLS fit of k columns sharing the kernel matrix, with held-out residuals."""
+
+    poly_order: int
+    beta: np.ndarray  # (p, k)
+    beta_se: np.ndarray  # (p, k): GP-model se of each coefficient
+    resid: np.ndarray  # (N, k)
+    z: np.ndarray  # (N, k)
+
+
+def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels):
+    """Exact kernel CVs of the columns of ``Y`` (N, k) for each polynomial order in ``orders``,
+    all from one Cholesky factor of A = G + nugget I, with their held-out residuals in closed
+    form (``heldout.deletion_residuals``); no refit, and nothing N x N is kept.
+
+    Returns a list of :class:`ExactHeldout`, one per order.
+    """
+    from scipy.linalg import lapack
+
+    from .heldout import deletion_residuals
+    from .linalg import cholesky_jitter
+
+    A = stein_gram(kernel, B, X, S, tau)
+    k0_scale = float(np.mean(np.diag(A) / np.diag(B)[tau]))
+    A[np.diag_indices_from(A)] += nugget * k0_scale
+    L, _ = cholesky_jitter(A)
+    del A
+    P_all = design_matrix(X, S, tau, T, max(orders))
+    CiP_all = linalg.cho_solve((L, True), P_all, check_finite=False)
+    CiY = linalg.cho_solve((L, True), Y, check_finite=False)
+    Ci, info = lapack.dpotri(L, lower=1, overwrite_c=1)  # C^-1 in the lower triangle, in place
+    del L
+    if info != 0:
+        raise ValueError("Could not invert the kernel matrix from its Cholesky factor; increase `nugget`.")
+    ci_diag = np.diag(Ci).copy()
+
+    def ci_block(idx):  # idx sorted, so the block's lower triangle lies in Ci's
+        blk = Ci[np.ix_(idx, idx)]
+        return np.tril(blk) + np.tril(blk, -1).T
+
+    N, k = Y.shape
+    q_all = P_all.shape[1] // T - 1
+    out = []
+    for order in orders:
+        # the design of `order` is a column subset of the largest one: intercepts, then per task
+        # the first q features (features of order 1 come first)
+        q = 0 if order == 0 else (P_all.shape[1] // T - 1 if order == max(orders) else X.shape[1])
+        cols = list(range(T)) + [T + t * q_all + i for t in range(T) for i in range(q)]
+        P, CiP = P_all[:, cols], CiP_all[:, cols]
+        p = P.shape[1]
+        if N - p < 2:
+            raise ValueError(f"{N} draws cannot fit {p} intercept/polynomial coefficients; lower poly_order.")
+        try:
+            Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
+        except linalg.LinAlgError:
+            raise ValueError(
+                "The polynomial/intercept design is rank deficient for these draws: use a lower "
+                "`poly_order` or more draws."
+            ) from None
+        beta = linalg.cho_solve(Mc, P.T @ CiY, check_finite=False)
+        Qy = CiY - CiP @ beta
+        Minv = linalg.cho_solve(Mc, np.eye(p), check_finite=False)
+        s2 = np.maximum(np.einsum("nk,nk->k", Y, Qy) / max(N - p, 1), 0.0)
+        beta_se = np.sqrt(np.maximum(np.diag(Minv), 0.0))[:, None] * np.sqrt(s2)[None, :]
+        W = CiP @ Minv
+        resid, z = deletion_residuals(
+            Qy, lambda: ci_diag - np.einsum("np,np->n", W, CiP),
+            lambda idx: ci_block(idx) - W[idx] @ CiP[idx].T, labels)
+        out.append(ExactHeldout(order, beta, beta_se, resid, z))
+    return out

@@ -121,4 +121,6 @@ def loo_residuals(Q, y):
     """Exact leave-one-out residuals y_i - yhat_{-i}(x_i) of a GLS/kernel fit from its projector,
     and the same standardised by their GP predictive sd (proportional to 1 / sqrt(Q_ii))."""
     Qy, dQ = Q @ y, np.diag(Q)
+    if Qy.ndim == 2:
+        dQ = dQ[:, None]
     return Qy / dQ, Qy / np.sqrt(dQ)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_task", "check_chain", "check_B", "check_tune_points"]
+__all__ = ["check_task", "check_chain", "check_B", "check_tune_points", "check_cv_options", "check_folds",
+           "check_positive"]
 
 
 def _as_float(name, a):
@@ -90,3 +91,46 @@ def check_tune_points(max_tune_points):
     elif int(max_tune_points) >= 10:
         return int(max_tune_points)
     raise ValueError(f"max_tune_points={max_tune_points!r}; use 'auto' or an integer >= 10.")
+
+
+def check_folds(folds):
+    """``folds`` is an integer of at least 2 (held-out blocks per chain)."""
+    if isinstance(folds, (bool, np.bool_)) or not isinstance(folds, (int, np.integer)) or folds < 2:
+        raise ValueError(f"folds={folds!r}; use an integer >= 2 (held-out blocks per chain, 10 by default).")
+    return int(folds)
+
+
+def check_positive(name, value, integer=False, minimum=None):
+    """A finite number > 0 (or >= ``minimum``), an integer if asked."""
+    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    ok = ok and not isinstance(value, (bool, np.bool_)) and np.isfinite(value)
+    ok = ok and (value >= minimum if minimum is not None else value > 0)
+    if not ok:
+        what = "an integer" if integer else "a finite number"
+        bound = f">= {minimum}" if minimum is not None else "> 0"
+        raise ValueError(f"{name}={value!r}; use {what} {bound}.")
+    return value
+
+
+def _one_of(name, value, allowed):
+    if not any(value is a or (type(value) is type(a) and value == a) for a in allowed):
+        raise ValueError(f"{name}={value!r}; use one of {allowed}.")
+    return value
+
+
+def check_cv_options(n, *, chain, folds, nugget, max_tune_points, exact_max_n, kernel_max_dim, tune, ard,
+                     poly_order):
+    """Every option of ``cv_estimate`` checked in one place; returns them as a dict."""
+    if n < 5:
+        raise ValueError(f"cv_estimate needs at least 5 draws; got {n}.")
+    return {
+        "chain": check_chain(chain, n),
+        "folds": check_folds(folds),
+        "nugget": float(check_positive("nugget", nugget)),
+        "max_tune_points": check_tune_points(max_tune_points),
+        "exact_max_n": int(check_positive("exact_max_n", exact_max_n, integer=True, minimum=10)),
+        "kernel_max_dim": int(check_positive("kernel_max_dim", kernel_max_dim, integer=True, minimum=1)),
+        "tune": _one_of("tune", tune, ("ml", "cv", "none")),
+        "ard": _one_of("ard", ard, (True, False, "auto")),
+        "poly_order": _one_of("poly_order", poly_order, ("auto", 0, 1, 2)),
+    }

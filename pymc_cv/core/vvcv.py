@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inducing import fit_inducing
-from .kernel_cv import fit_kernel_cv
+from .finalize import Candidate, finalize
+from .heldout import fold_labels
+from .kernel_cv import fit_exact_heldout
 from .kernels import make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
+from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
-from .result import CVResult
-from .standard_errors import block_folds, mcse_mean
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood
-from .uncertainty import combine_se, reliability, roundoff_floor
-from .validation import check_B, check_chain, check_task, check_tune_points
+from .validation import check_B, check_chain, check_folds, check_task, check_tune_points
 
 __all__ = ["vvcv_estimate"]
 
@@ -162,6 +161,7 @@ def vvcv_estimate(
     if solver not in ("auto", "shared", "exact", "inducing"):
         raise ValueError(f"solver={solver!r}; use 'auto', 'shared', 'exact' or 'inducing'.")
     max_tune_points = check_tune_points(max_tune_points)
+    folds = check_folds(folds)
     shared = _shared(Xs, Ss)
     if solver == "shared" and not shared:
         raise ValueError("solver='shared' needs identical samples and scores for every task.")
@@ -198,36 +198,14 @@ def vvcv_estimate(
             chains, solver_used, n_inducing, rng,
         )
 
-    estimate = locs + scales * est_std
-    mc = locs.copy()
-    mcse = np.array([mcse_mean(y, c) for y, c in zip(ys, chains)])
-    notes = []
-    se, vr, ok, khat, method, heldout = [], [], [], [], [], []
-    for t in range(T):
-        r = resid[t] * scales[t]
-        se_held = mcse_mean(r, chains[t])
-        se_t = max(combine_se(se_model[t] * scales[t] if se_model is not None else np.nan, se_held, chains[t]),
-                   roundoff_floor(ys[t]))
-        vr_t = (mcse[t] / se_held) ** 2 if se_held > 0 else np.inf
-        rel, kh = reliability(zs[t])
-        if ys[t].std() == 0:
-            se_t, vr_t, rel = roundoff_floor(ys[t]), np.inf, True
-        meth = f"vvcv-{solver_used}"
-        if fallback and vr_t <= 1.0:
-            notes.append(f"task {t}: the vv-CV did not beat MC on held-out draws "
-                         f"(variance reduction {vr_t:.2f}); reporting the MC mean.")
-            estimate[t], se_t, meth, rel = mc[t], mcse[t], "mc", True
-            r = ys[t] - mc[t]
-        if not rel:
-            notes.append(f"task {t}: held-out residuals are heavy-tailed; the se may be too small.")
-        se.append(se_t), vr.append(vr_t), ok.append(rel), khat.append(kh), method.append(meth)
-        heldout.append(r - r.mean())
-    return CVResult(
-        estimate=estimate, se=np.array(se), mc_estimate=mc, mc_se=mcse,
-        method=np.array(method, dtype=object), variance_reduction=np.array(vr),
-        se_reliable=np.array(ok), khat=np.array(khat), B=Bused, hyperparameters=[hyper], notes=notes,
-        values=[np.asarray(y, dtype=float).copy() for y in ys], heldout_residuals=heldout,
-    )
+    info = {**hyper, "B": Bused, "solver": solver_used}
+    cand = Candidate(f"vvcv-{solver_used}", locs + scales * est_std,
+                     [r * sc for r, sc in zip(resid, scales)], list(zs),
+                     None if se_model is None else se_model * scales, info)
+    res = finalize(ys, chains, [cand], choose="first", fallback=fallback, kind="task")
+    res.B = Bused
+    res.hyperparameters = [hyper]
+    return res
 
 
 def _tune(kern0, X, S, y, tau, T, B0, order, nugget, tune, learn):
@@ -253,7 +231,7 @@ def _run_shared(X, S, Y, kern0, B0, learn, nugget, tune, order, max_tune_points,
     else:
         B, nug_b = B0, nug
     fit = fit_shared_draws(X, S, Y, kern, B, nug_b, order)
-    labels = block_folds(m, chain, max(2, min(folds, m // 4)))
+    labels = fold_labels(m, chain if chain is not None else np.zeros(m, dtype=int), folds)
     resid = np.empty_like(Y)
     z = np.empty_like(Y)
     for f in np.unique(labels):
@@ -271,35 +249,19 @@ def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tun
     idx = subsample_per_task(tau, T, max_tune_points, rng)
     kern, nug, B = _tune(kern0, X[idx], S[idx], y[idx], tau[idx], T, B0, order, nugget, tune, learn)
     N = y.size
-
-    def fit(train):
-        if solver == "inducing":
-            sub = np.flatnonzero(train)
-            ind = sub[subsample_per_task(tau[sub], T, n_inducing, rng)]
-            return fit_inducing(X[train], S[train], y[train], tau[train], T, kern, B, nug, order,
-                                np.searchsorted(sub, ind))
-        return fit_kernel_cv(X[train], S[train], y[train], tau[train], T, kern, B, nug, order)
-
-    full = fit(np.ones(N, dtype=bool))
-    se_model = full.intercept_se if solver == "exact" else None
-    iid = all(c is None for c in chains)
-    if solver == "exact" and iid and N <= 4000:
-        r, z = full.loo_residuals(y)
+    labels = np.empty(N, dtype=int)
+    offset = 0
+    for t in range(T):
+        it = np.flatnonzero(tau == t)
+        labels[it] = offset + fold_labels(it.size, chains[t], folds)
+        offset = labels[it].max() + 1
+    if solver == "inducing":
+        ind = np.sort(subsample_per_task(tau, T, n_inducing, rng))
+        fit = fit_nystrom_heldout(X, S, y[:, None], tau, T, kern, B, nug, [order], labels, ind)[0]
     else:
-        labels = np.empty(N, dtype=int)
-        for t in range(T):
-            it = np.flatnonzero(tau == t)
-            labels[it] = block_folds(it.size, chains[t], max(2, min(folds, it.size // 4)))
-        r = np.empty(N)
-        z = np.empty(N)
-        for f in np.unique(labels):
-            te = labels == f
-            sub = fit(~te)
-            r[te] = y[te] - sub.zero_mean_part(X[te], S[te], tau[te])
-            # inducing fits have no predictive sd: their raw residuals go to the tail check
-            sd = sub.predictive_sd(X[te], S[te], tau[te]) if solver == "exact" else 1.0
-            z[te] = r[te] / sd
-    resid = [r[tau == t] - r[tau == t].mean() for t in range(T)]
+        fit = fit_exact_heldout(X, S, y[:, None], tau, T, kern, B, nug, [order], labels)[0]
+    r, z = fit.resid[:, 0], fit.z[:, 0]
+    resid = [r[tau == t] for t in range(T)]
     zs = [z[tau == t] for t in range(T)]
     hyper = {"kernel": kern, "nugget": nug, "poly_order": order}
-    return full.intercepts, se_model, resid, zs, B, hyper
+    return fit.beta[:T, 0], fit.beta_se[:T, 0], resid, zs, B, hyper

@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from .polynomial import stein_polynomial_features
+from .finalize import Candidate
+from .heldout import deletion_residuals, fold_labels, refit_residuals
+from .polynomial import n_polynomial_features, stein_polynomial_features
 
-__all__ = ["fit_zero_variance", "zv_loo_residuals", "choose_penalty"]
+__all__ = ["fit_zero_variance", "choose_penalty", "zero_variance_candidate"]
 
 
 def choose_penalty(n, q, penalty):
@@ -50,12 +52,41 @@ def fit_zero_variance(X, S, y, order, penalty=None, seed=0):
     return float(model.intercept_), np.asarray(model.coef_)
 
 
-def zv_loo_residuals(X, S, y, order):
-    """Exact leave-one-out residuals of the least-squares ZV fit: e_i / (1 - h_ii)."""
-    psi = stein_polynomial_features(X, S, order)
-    D = np.column_stack([np.ones(len(y)), psi])
-    Qm, _ = np.linalg.qr(D)
-    h = np.einsum("ij,ij->i", Qm, Qm)
-    coef, *_ = linalg.lstsq(D, y)
-    e = y - D @ coef
-    return e / np.maximum(1.0 - h, 1e-12)
+def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0):
+    """ZV-CV of every column of ``Y`` (n, k) with held-out residuals, as a :class:`Candidate`.
+
+    Least squares is one QR for all columns, and its held-out residuals are the closed form
+    (I - H_BB)^-1 e_B of ``heldout``; penalised fits are refitted per fold and column.
+    """
+    n, k = Y.shape
+    pen = choose_penalty(n, n_polynomial_features(X.shape[1], order), penalty)
+    name = f"zv{order}"
+    if pen is None:
+        psi = stein_polynomial_features(X, S, order)
+        if n <= psi.shape[1] + 1:
+            raise ValueError(
+                f"zv{order} needs more than {psi.shape[1] + 1} draws for d={X.shape[1]} (got {n}); "
+                "use zv_penalty='lasso' or 'ridge', a lower order, or more draws."
+            )
+        D = np.column_stack([np.ones(n), psi])
+        Qm, R = np.linalg.qr(D)
+        coef = linalg.solve_triangular(R, Qm.T @ Y, check_finite=False)
+        e = Y - D @ coef
+        labels = fold_labels(n, chain, folds)
+        resid, z = deletion_residuals(
+            e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
+            lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
+        return Candidate(name, coef[0], resid, z, None, {"order": order, "penalty": None})
+    est = np.empty(k)
+    resid = np.empty_like(Y)
+    labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2))
+    for j in range(k):
+        est[j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed)[0]
+
+        def fit_predict(train, test, y=Y[:, j]):
+            b0, gamma = fit_zero_variance(X[train], S[train], y[train], order, pen, seed)
+            r = y[test] - b0 - stein_polynomial_features(X[test], S[test], order) @ gamma
+            return r, None
+
+        resid[:, j] = refit_residuals(fit_predict, n, labels)[0]
+    return Candidate(name, est, resid, resid, None, {"order": order, "penalty": pen})

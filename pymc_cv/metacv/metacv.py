@@ -7,8 +7,7 @@ import time
 
 import numpy as np
 
-from ..core.result import CVResult
-from ..core.standard_errors import mcse_mean
+from ..core.finalize import Candidate, finalize
 from ..core.validation import check_chain, check_task
 from .maml import build_functions
 from .network import init_params, n_params
@@ -287,42 +286,30 @@ class MetaCV:
                 stein = self._stein_after_adaptation(fit, app)
                 for j, i in enumerate(idx):
                     resid[i][apply_h] = app[j][0] - stein[j]
-        est, se, mc, mcse, meth, vr, notes, used, heldout = [], [], [], [], [], [], [], [], []
+        est, heldout, resid_chain, notes = [], [], [], []
         for i, (y, X, S, c) in enumerate(tasks):
-            parts = [(resid[i][h], halves[i][h]) for h in sorted(resid[i])]
-            n_used = sum(p[1].size for p in parts)
-            e = sum(r.sum() for r, _ in parts) / n_used
-            # the halves are fitted independently: their errors add
-            s = np.sqrt(sum((r.size * mcse_mean(r, None if c is None else c[h])) ** 2 for r, h in parts)) / n_used
-            r_all = np.concatenate([r for r, _ in parts])
-            y_used = np.concatenate([y[h] for _, h in parts])
-            v_f, v_r = np.var(y_used, ddof=1), np.var(r_all, ddof=1)
-            vr_i = v_f / v_r if v_r > 0 else np.inf
-            m_i, mcse_i = y.mean(), mcse_mean(y, c)
-            method = "metacv"
-            if fallback and not v_r < v_f:
-                notes.append(f"task {i}: the Meta-CV did not reduce the held-out variance "
-                             f"({v_r:.3g} vs {v_f:.3g} for f); reporting the MC mean.")
-                e, s, method = m_i, mcse_i, "mc"
-                r_all = y_used
-            used.append(y_used), heldout.append(r_all - r_all.mean())
-            est.append(e), se.append(s), mc.append(m_i), mcse.append(mcse_i), meth.append(method), vr.append(vr_i)
-        small = [i for i, (y, *_) in enumerate(tasks) if y.size < 40]
-        if small:
-            notes.append(f"{len(small)} task(s) have fewer than 40 draws: their se comes from a few held-out "
-                         "residuals and is itself rough.")
-
-        def out(v, dtype=float):
-            a = np.array(v, dtype=dtype)
-            return a.reshape(()) if one else a
-
-        reliable = [y.size >= 40 for y, *_ in tasks]
-        return CVResult(
-            estimate=out(est), se=out(se), mc_estimate=out(mc), mc_se=out(mcse), method=out(meth, object),
-            variance_reduction=out(vr), se_reliable=out(reliable, bool), khat=out([np.nan] * len(tasks)),
-            hyperparameters=[{"support_size": self.support_size_, "inner_steps": self.inner_steps}], notes=notes,
-            values=used, heldout_residuals=heldout,
-        )
+            used = np.concatenate([halves[i][h] for h in sorted(resid[i])])
+            order = np.argsort(used, kind="stable")  # back to sampling order, for the ESS
+            r = np.concatenate([resid[i][h] for h in sorted(resid[i])])[order]
+            est.append(r.mean())
+            heldout.append(r)
+            resid_chain.append(None if c is None else c[used[order]])
+        cand = Candidate("metacv", np.array(est), heldout, heldout, None,
+                         {"support_size": self.support_size_, "inner_steps": self.inner_steps},
+                         resid_chain=resid_chain)
+        res = finalize([y for y, *_ in tasks], [c for *_, c in tasks], [cand], choose="first", fallback=fallback,
+                       kind="task")
+        small = np.array([y.size < 40 for y, *_ in tasks])
+        if small.any():
+            res.notes.append(f"{int(small.sum())} task(s) have fewer than 40 draws: their se comes from a few "
+                             "held-out residuals and is itself rough.")
+            res.se_reliable = res.se_reliable & ~small
+        res.hyperparameters = [cand.info]
+        if one:
+            for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
+                        "khat"):
+                setattr(res, key, getattr(res, key).reshape(()))
+        return res
 
     # -- persistence ----------------------------------------------------------------------
     _SETTINGS = ("hidden", "activation", "inner_steps", "inner_lr", "meta_lr", "meta_iterations", "task_batch",

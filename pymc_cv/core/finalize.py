@@ -1,0 +1,133 @@
+"""From candidate fits to reported estimates: one place for the se, the variance reduction, the
+tail check, the choice between methods and the fallback to plain MC.
+
+Every estimator (``cv_estimate``, ``vvcv_estimate``, ``MetaCV.estimate``) produces
+:class:`Candidate` fits, one per method, each for k integrands at once, and hands them here, so
+``variance_reduction`` and ``se_reliable`` mean the same thing whichever method produced them:
+
+- variance reduction: (MC se / se of the held-out residuals)^2, both with ArviZ's ESS;
+- se: the model se (kernel CVs, see ``uncertainty``) where the method has one, for MCMC draws
+  at least the held-out se; never below floating-point round-off;
+- a method whose held-out residuals lost to MC is reported with the held-out se, never its
+  model se alone, and with a note; under ``method="auto"`` (or ``fallback``) the MC mean is
+  reported instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .result import CVResult
+from .standard_errors import KHAT_THRESHOLD, mcse_mean
+from .uncertainty import combine_se, reliability, roundoff_floor
+
+__all__ = ["Candidate", "finalize"]
+
+
+@dataclass
+class Candidate:
+    """One method's fit for k integrands, in the units of the integrands.
+
+    ``estimate`` (k,); ``se_model`` (k,) or None; ``resid`` and ``z`` (n, k): held-out residuals
+    f - g and the same standardised by their model sd (``resid`` where there is none);
+    ``info``: the method's settings (small objects only).  For tasks with draws of their own
+    ``resid`` and ``z`` are lists of k arrays.
+    """
+
+    name: str
+    estimate: np.ndarray
+    resid: np.ndarray
+    z: np.ndarray
+    se_model: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+    columns: np.ndarray | None = None  # which of the k integrands it fitted (None: all)
+    resid_chain: list | None = None  # chain labels of ``resid`` where it covers other draws than f
+
+    def index_of(self, j):
+        if self.columns is None:
+            return j
+        hit = np.flatnonzero(self.columns == j)
+        return int(hit[0]) if hit.size else None
+
+
+def _label(kind, j):
+    return f"{kind} {j}"
+
+
+def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integrand", notes=None,
+             method_label=None):
+    """A :class:`CVResult` for the k integrands (columns of ``Y``) from candidate fits.
+
+    Parameters
+    ----------
+    Y : array (n, k)
+        Integrand values; ``chain`` as for ``cv_estimate``, or a list of k label arrays
+        (None entries for independent draws) when columns are tasks with draws of their own.
+    candidates : list of Candidate
+    choose : {"best", "first"}
+        "best": per integrand the candidate with the smallest held-out se; "first": the first
+        candidate that fitted it (an explicit method).
+    fallback : bool
+        Report the MC mean where the chosen candidate did not beat MC on held-out draws.
+    kind : str
+        "integrand" or "task", for the notes.
+    Y may also be a list of k 1-d arrays of different lengths (tasks).
+    """
+    cols = [np.asarray(Y[:, j]) for j in range(Y.shape[1])] if isinstance(Y, np.ndarray) else list(Y)
+    chains = chain if isinstance(chain, list) else [chain] * len(cols)
+    notes = list(notes or [])
+    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid")}
+    for j, (y, c) in enumerate(zip(cols, chains)):
+        mc, mcse = float(np.mean(y)), mcse_mean(y, c)
+        floor = roundoff_floor(y)
+        tried = []
+        for cand in candidates:
+            i = cand.index_of(j)
+            if i is None or not np.isfinite(cand.estimate[i]):
+                continue
+            r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
+            se_held = mcse_mean(r - r.mean(), c if cand.resid_chain is None else cand.resid_chain[i])
+            tried.append((se_held, cand, i, r))
+        if np.std(y) == 0.0:  # a constant integrand is known exactly
+            rec = (mc, floor, "mc", np.inf, True, np.nan, None, y - mc)
+        elif not tried:
+            rec = (mc, mcse, "mc", 1.0, True, np.nan, None, y - mc)
+        else:
+            se_held, cand, i, r = min(tried, key=lambda t: t[0]) if choose == "best" else tried[0]
+            vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
+            name = method_label or cand.name
+            if vr <= 1.0 and fallback:
+                notes.append(f"{_label(kind, j)}: no control variate beat plain MC on held-out draws "
+                             f"({name}: variance reduction {vr:.2f}); reporting the MC mean.")
+                rec = (mc, mcse, "mc", vr, True, np.nan, None, y - mc)
+            else:
+                se_model = np.nan if cand.se_model is None else float(cand.se_model[i])
+                se = max(combine_se(se_model, se_held, c if cand.resid_chain is None else cand.resid_chain[i]),
+                         floor)
+                if vr <= 1.0:
+                    # the held-out residuals say the fit lost to MC: its model se is not believed
+                    se = max(se, se_held)
+                    notes.append(f"{_label(kind, j)}: {name} did not beat plain MC on held-out draws "
+                                 f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
+                                 "method='auto' or 'mc'.")
+                z = cand.z[i] if isinstance(cand.z, list) else cand.z[:, i]
+                reliable, khat = reliability(z)
+                if not reliable:
+                    notes.append(f"{_label(kind, j)}: held-out residuals are heavy-tailed (Pareto k-hat "
+                                 f"{khat:.2f} > {KHAT_THRESHOLD}); the se may be too small.")
+                rec = (float(cand.estimate[i]), se, name, vr, reliable, khat, cand.info, r)
+        est, se, name, vr, ok, khat, info, r = rec
+        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid"),
+                            (est, se, mc, mcse, name, vr, ok, khat, info, r - np.mean(r))):
+            out[key].append(val)
+
+    return CVResult(
+        estimate=np.asarray(out["est"], float), se=np.asarray(out["se"], float),
+        mc_estimate=np.asarray(out["mc"], float), mc_se=np.asarray(out["mcse"], float),
+        method=np.asarray(out["meth"], object), variance_reduction=np.asarray(out["vr"], float),
+        se_reliable=np.asarray(out["ok"], bool), khat=np.asarray(out["khat"], float),
+        hyperparameters=out["hyper"], notes=notes, values=[np.array(y, dtype=float) for y in cols],
+        heldout_residuals=out["resid"],
+    )
