@@ -113,7 +113,8 @@ def _kernel_candidates(names, X, S, Y, cols, chain, opts, rng, notes):
     for fit in fits:
         name = ("secf" if fit.poly_order else "cf") + suffix
         out.append(Candidate(name, fit.beta[0], fit.resid, fit.z, fit.beta_se[0],
-                             {**info, "poly_order": fit.poly_order}, columns=cols))
+                             {**info, "poly_order": fit.poly_order}, columns=cols, influence=fit.influence,
+                             labels=labels))
     return out
 
 

@@ -44,6 +44,20 @@ class Candidate:
     info: dict = field(default_factory=dict)
     columns: np.ndarray | None = None  # which of the k integrands it fitted (None: all)
     resid_chain: list | None = None  # chain labels of ``resid`` where it covers other draws than f
+    # for the block jackknife: the estimate without fold B is estimate - sum_B influence * resid
+    influence: np.ndarray | None = None
+    labels: np.ndarray | None = None
+
+    def jackknife_se(self, i):
+        """Block-jackknife se of estimate i over the held-out folds (nan without influence)."""
+        if self.influence is None or self.labels is None:
+            return np.nan
+        _, inv = np.unique(self.labels, return_inverse=True)
+        K = inv.max() + 1
+        if K < 2:
+            return np.nan
+        delta = np.bincount(inv, weights=self.influence * self.resid[:, i], minlength=K)
+        return float(np.sqrt((K - 1) / K * np.sum((delta - delta.mean()) ** 2)))
 
     def index_of(self, j):
         if self.columns is None:
@@ -106,6 +120,11 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
                 se_model = np.nan if cand.se_model is None else float(cand.se_model[i])
                 se = max(combine_se(se_model, se_held, c if cand.resid_chain is None else cand.resid_chain[i]),
                          floor)
+                # the fold-to-fold spread of the estimate: what the fit's dependence on the draws it
+                # saw adds to the error, which neither the model se nor the residuals show
+                se_jack = cand.jackknife_se(i)
+                if np.isfinite(se_jack):
+                    se = max(se, se_jack)
                 if vr <= 1.0:
                     # the held-out residuals say the fit lost to MC: its model se is not believed
                     se = max(se, se_held)

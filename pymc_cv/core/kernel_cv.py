@@ -138,6 +138,7 @@ class ExactHeldout:
     beta_se: np.ndarray  # (p, k): GP-model se of each coefficient
     resid: np.ndarray  # (N, k)
     z: np.ndarray  # (N, k)
+    influence: np.ndarray  # (N,): beta_0 without block B is beta_0 - sum_B influence * resid
 
 
 def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels):
@@ -198,5 +199,7 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels):
         resid, z = deletion_residuals(
             Qy, lambda: ci_diag - np.einsum("np,np->n", W, CiP),
             lambda idx: ci_block(idx) - W[idx] @ CiP[idx].T, labels)
-        out.append(ExactHeldout(order, beta, beta_se, resid, z))
+        # deleting block B is adding a dummy per draw of B (coefficients r_B), which moves beta by
+        # -(P'C^-1 P)^-1 (C^-1 P)_B' r_B
+        out.append(ExactHeldout(order, beta, beta_se, resid, z, W[:, 0].copy()))
     return out

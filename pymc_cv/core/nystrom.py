@@ -97,7 +97,8 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
             return np.eye(idx.size) - G.T @ G
 
         resid, z = deletion_residuals(e, q_diag, q_block, labels)
-        out.append(ExactHeldout(order, beta, beta_se, resid, z))
+        a0 = linalg.cho_solve((L, True), np.eye(p + M)[:, 0], check_finite=False)
+        out.append(ExactHeldout(order, beta, beta_se, resid, z, P @ a0[:p] + Knm @ a0[p:]))
     return out
 
 

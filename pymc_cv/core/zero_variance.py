@@ -76,7 +76,9 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0):
         resid, z = deletion_residuals(
             e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
             lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
-        return Candidate(name, coef[0], resid, z, None, {"order": order, "penalty": None})
+        influence = Qm @ linalg.solve_triangular(R, np.eye(R.shape[0])[:, 0], trans="T", check_finite=False)
+        return Candidate(name, coef[0], resid, z, None, {"order": order, "penalty": None},
+                         influence=influence, labels=labels)
     est = np.empty(k)
     resid = np.empty_like(Y)
     labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2))

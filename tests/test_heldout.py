@@ -1,0 +1,104 @@
+"""Held-out residuals in closed form equal refits without each block; the block jackknife; large N."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import pymc_cv
+from pymc_cv.core.heldout import fold_labels
+from pymc_cv.core.kernel_cv import design_matrix, fit_exact_heldout, fit_kernel_cv
+from pymc_cv.core.kernels import SquaredExponential
+from pymc_cv.core.nystrom import fit_nystrom_heldout
+from pymc_cv.core.zero_variance import zero_variance_candidate
+
+
+def _draws(n, d=2, seed=0):
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    return x, -x
+
+
+def test_fold_labels_are_contiguous_blocks_per_chain_and_capped_in_size():
+    chain = np.repeat([0, 1], [30, 20])
+    labels = fold_labels(50, chain, 3)
+    assert np.unique(labels).size == 6
+    assert np.all(np.diff(labels[:30]) >= 0) and set(labels[:30]).isdisjoint(labels[30:])
+    assert np.array_equal(fold_labels(7, None, 3), np.arange(7))  # independent draws: leave-one-out
+    long = fold_labels(4000, np.zeros(4000, dtype=int), 2)
+    assert np.bincount(long).max() <= 500
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_kernel_block_deletion_residuals_and_intercepts_equal_refits(order):
+    x, s = _draws(60)
+    Y = np.column_stack([np.sin(x[:, 0]) + x[:, 1] ** 2, np.cos(x[:, 1])])
+    kern = SquaredExponential(lengthscale=np.array([1.2, 0.9]))
+    tau, B = np.zeros(60, dtype=int), np.ones((1, 1))
+    labels = fold_labels(60, np.repeat([0, 1], 30), 3)
+    fit = fit_exact_heldout(x, s, Y, tau, 1, kern, B, 1e-3, [order], labels)[0]
+    full = fit_kernel_cv(x, s, Y[:, 0], tau, 1, kern, B, 1e-3, order)
+    k0_scale = full.nugget_abs / 1e-3
+    for b in np.unique(labels):
+        te = labels == b
+        # the nugget is relative to the mean diagonal: refit with the full fit's absolute nugget
+        G = kern.gram(x[~te], s[~te])
+        nug_rel = k0_scale * 1e-3 / np.mean(np.diag(G))
+        for j in range(2):
+            sub = fit_kernel_cv(x[~te], s[~te], Y[~te, j], tau[~te], 1, kern, B, nug_rel, order)
+            pred = sub.intercepts[0] + sub.zero_mean_part(x[te], s[te], tau[te])
+            np.testing.assert_allclose(fit.resid[te, j], Y[te, j] - pred, rtol=1e-6, atol=1e-9)
+            moved = fit.beta[0, j] - np.sum(fit.influence[te] * fit.resid[te, j])
+            np.testing.assert_allclose(moved, sub.intercepts[0], rtol=1e-6, atol=1e-9)
+
+
+def test_zero_variance_block_deletion_equals_refits():
+    x, s = _draws(80, 3, seed=1)
+    Y = np.column_stack([np.exp(0.3 * x[:, 0]), x[:, 1] * x[:, 2] + np.sin(x[:, 0])])
+    chain = np.repeat([0, 1], 40)
+    cand = zero_variance_candidate(x, s, Y, 2, None, chain, 4)
+    labels = fold_labels(80, chain, 4)
+    for b in np.unique(labels):
+        te = labels == b
+        D = np.column_stack([np.ones(80), pymc_cv.core.zero_variance.stein_polynomial_features(x, s, 2)])
+        coef = np.linalg.lstsq(D[~te], Y[~te], rcond=None)[0]
+        np.testing.assert_allclose(cand.resid[te], Y[te] - D[te] @ coef, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(cand.estimate - cand.influence[te] @ cand.resid[te], coef[0], rtol=1e-7)
+
+
+def test_nystrom_with_every_draw_inducing_is_the_exact_fit():
+    x, s = _draws(40, seed=2)
+    y = (np.sin(x[:, 0]) + x[:, 1])[:, None]
+    kern = SquaredExponential(lengthscale=np.array([1.0, 1.0]))
+    tau, B = np.zeros(40, dtype=int), np.ones((1, 1))
+    labels = fold_labels(40, np.zeros(40, dtype=int), 4)
+    ex = fit_exact_heldout(x, s, y, tau, 1, kern, B, 1e-4, [1], labels)[0]
+    ny = fit_nystrom_heldout(x, s, y, tau, 1, kern, B, 1e-4, [1], labels, np.arange(40))[0]
+    np.testing.assert_allclose(ny.beta[0], ex.beta[0], rtol=1e-5)
+    assert design_matrix(x, s, tau, 1, 1).shape == (40, 3)
+
+
+def test_large_n_switches_to_inducing_points_says_so_and_stays_accurate():
+    x, s = _draws(6000, seed=3)
+    f = np.sin(x[:, 0]) + np.cos(x[:, 1])
+    res = pymc_cv.cv_estimate(f, x, s, method="cf", exact_max_n=2000)
+    assert res.method == "cf-nystrom"
+    assert any("inducing draws" in n for n in res.notes)
+    truth = np.exp(-0.5)
+    assert abs(res.estimate - truth) < 0.1 * abs(res.mc_estimate - truth)
+    assert abs(res.estimate - truth) < 3 * res.se
+
+
+def test_results_keep_nothing_n_by_n():
+    x, s = _draws(1200, seed=4)
+    F = np.column_stack([np.sin(x[:, 0]), np.cos(x[:, 1]), x[:, 0] * x[:, 1]])
+    res = pymc_cv.cv_estimate(F, x, s, method="cf")
+    assert len(pickle.dumps(res)) < 1_000_000  # was 35 MB when every fit kept its N x N factor
+
+
+@pytest.mark.parametrize("bad", [{"folds": 0}, {"folds": -3}, {"folds": 1}, {"folds": 2.5}, {"nugget": 0.0},
+                                 {"nugget": float("nan")}, {"exact_max_n": 5}, {"tune": "mle"}, {"ard": "yes"},
+                                 {"poly_order": 3}])
+def test_bad_options_are_errors_that_name_the_option(bad):
+    x, s = _draws(50)
+    with pytest.raises(ValueError, match=list(bad)[0]):
+        pymc_cv.cv_estimate(x[:, 0] ** 2, x, s, chain=np.repeat([0, 1], 25), **bad)
