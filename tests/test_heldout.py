@@ -25,7 +25,7 @@ def test_fold_labels_are_contiguous_blocks_per_chain_and_capped_in_size():
     assert np.all(np.diff(labels[:30]) >= 0) and set(labels[:30]).isdisjoint(labels[30:])
     assert np.array_equal(fold_labels(7, None, 3), np.arange(7))  # independent draws: leave-one-out
     long = fold_labels(4000, np.zeros(4000, dtype=int), 2)
-    assert np.bincount(long).max() <= 500
+    assert np.bincount(long).max() <= 250
 
 
 @pytest.mark.parametrize("order", [0, 1])

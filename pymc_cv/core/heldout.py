@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
+
+from .threads import blas_threads
 
 __all__ = ["fold_labels", "deletion_residuals", "refit_residuals", "MAX_BLOCK"]
 
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
 # autocorrelation time buy nothing
-MAX_BLOCK = 500
+MAX_BLOCK = 250
 
 
 def fold_labels(n, chain, folds):
@@ -77,19 +80,28 @@ def deletion_residuals(Qy, q_diag, q_block, labels):
         return Qy / dq, Qy / np.sqrt(dq)
     resid = np.empty_like(Qy)
     z = np.empty_like(Qy)
-    for idx in _blocks(labels):
-        QBB = q_block(idx)
-        QBB = 0.5 * (QBB + QBB.T)
-        try:
-            c = linalg.cho_factor(QBB, lower=True, check_finite=False)
-            resid[idx] = linalg.cho_solve(c, Qy[idx], check_finite=False)
-            var = np.diag(linalg.cho_solve(c, np.eye(idx.size), check_finite=False))
-        except linalg.LinAlgError:  # a block the fit interpolates exactly (e.g. repeated draws)
-            inv = linalg.pinvh(QBB)
-            resid[idx] = inv @ Qy[idx]
-            var = np.diag(inv)
-        z[idx] = resid[idx] / np.sqrt(np.maximum(var, 1e-300))[:, None]
+    with blas_threads(1):  # many small factorisations: threads only thrash (see ``threads``)
+        for idx in _blocks(labels):
+            _delete_block(idx, Qy, q_block, resid, z)
     return resid, z
+
+
+def _delete_block(idx, Qy, q_block, resid, z):
+    """Residuals of block ``idx`` from the fit without it, written into ``resid`` and ``z``."""
+    QBB = q_block(idx)
+    QBB = 0.5 * (QBB + QBB.T)
+    try:
+        c = linalg.cho_factor(QBB, lower=True, check_finite=False)
+        resid[idx] = linalg.cho_solve(c, Qy[idx], check_finite=False)
+        inv, info = lapack.dpotri(c[0], lower=1)
+        if info != 0:
+            raise linalg.LinAlgError("dpotri")
+        var = np.diag(inv)
+    except linalg.LinAlgError:  # a block the fit interpolates exactly (e.g. repeated draws)
+        inv = linalg.pinvh(QBB)
+        resid[idx] = inv @ Qy[idx]
+        var = np.diag(inv)
+    z[idx] = resid[idx] / np.sqrt(np.maximum(var, 1e-300))[:, None]
 
 
 def refit_residuals(fit_predict, n, labels):

@@ -57,6 +57,9 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
     M = Kmm.shape[0]
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tau[inducing]]))
     N, k = Y.shape
+    KtK = Knm.T @ Knm  # shared by every design
+    KtK += nug * Kmm
+    KtY = Knm.T @ Y
     out = []
     for order in orders:
         P = design_matrix(X, S, tau, T, order)
@@ -68,10 +71,9 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
         A[:p, :p] = P.T @ P
         A[:p, p:] = P.T @ Knm
         A[p:, :p] = A[:p, p:].T
-        A[p:, p:] = Knm.T @ Knm
-        A[p:, p:] += nug * Kmm
+        A[p:, p:] = KtK
         L, _ = cholesky_jitter(A)
-        rhs = np.concatenate([P.T @ Y, Knm.T @ Y])
+        rhs = np.concatenate([P.T @ Y, KtY])
         theta = linalg.cho_solve((L, True), rhs, check_finite=False)
         beta, c = theta[:p], theta[p:]
         e = Y - P @ beta - Knm @ c
@@ -81,29 +83,30 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
                                                    check_finite=False) ** 2, axis=0)
         beta_se = np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
 
-        def half_hat(idx, P=P, L=L):  # L^-1 F_B', so that H_BB = G' G
-            F_B = np.concatenate([P[idx], Knm[idx]], axis=1)
-            return linalg.solve_triangular(L, F_B.T, lower=True, check_finite=False)
+        # G = L^-1 F' once (a (p + M) x N panel), so that H_BB = G_B' G_B for every block
+        G = np.empty((p + M, N))
+        for a in range(0, N, _CHUNK):
+            rows = slice(a, min(N, a + _CHUNK))
+            G[:, rows] = linalg.solve_triangular(L, np.concatenate([P[rows], Knm[rows]], axis=1).T, lower=True,
+                                                 check_finite=False)
 
-        def q_diag(P=P, L=L):
-            d = np.empty(N)
-            for a in range(0, N, 2000):
-                G = half_hat(np.arange(a, min(N, a + 2000)), P, L)
-                d[a : a + G.shape[1]] = 1.0 - np.einsum("mb,mb->b", G, G)
-            return d
+        def q_diag(G=G):
+            return 1.0 - np.einsum("mn,mn->n", G, G)
 
-        def q_block(idx, P=P, L=L):
-            G = half_hat(idx, P, L)
-            return np.eye(idx.size) - G.T @ G
+        def q_block(idx, G=G):
+            Gb = G[:, idx]
+            return np.eye(idx.size) - Gb.T @ Gb
 
-        resid, z = deletion_residuals(e, q_diag, q_block, labels)
         a0 = linalg.cho_solve((L, True), np.eye(p + M)[:, 0], check_finite=False)
-        out.append(ExactHeldout(order, beta, beta_se, resid, z, P @ a0[:p] + Knm @ a0[p:]))
+        influence = P @ a0[:p] + Knm @ a0[p:]
+        resid, z = deletion_residuals(e, q_diag, q_block, labels)
+        del G
+        out.append(ExactHeldout(order, beta, beta_se, resid, z, influence))
     return out
 
 
-def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, m_start=250, m_max=2000,
-                    tol=0.1, mem_bytes=1.2e9):
+def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, m_start=250, m_max=1000,
+                    tol=0.1, mem_bytes=1e9):
     """Fit with M = m_start, 2 m_start, ... inducing draws and keep the M after which the held-out
     error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`."""
     N = X.shape[0]
