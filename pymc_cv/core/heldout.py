@@ -33,16 +33,18 @@ __all__ = ["fold_labels", "deletion_residuals", "refit_residuals", "MAX_BLOCK"]
 MAX_BLOCK = 250
 
 
-def fold_labels(n, chain, folds):
+def fold_labels(n, chain, folds, max_block=MAX_BLOCK):
     """Fold label of each draw: ``arange(n)`` (leave-one-out) for independent draws, else
-    ``folds`` contiguous blocks per chain (more when a block would exceed ``MAX_BLOCK`` draws)."""
+    ``folds`` contiguous blocks per chain (more when a block would exceed ``max_block`` draws;
+    None for paths that refit per fold, where more folds cost more refits)."""
     if chain is None:
         return np.arange(n)
     labels = np.empty(n, dtype=int)
     offset = 0
     for label in np.unique(chain):
         idx = np.flatnonzero(chain == label)
-        k = int(min(max(folds, -(-idx.size // MAX_BLOCK)), max(2, idx.size // 4)))
+        k = folds if max_block is None else max(folds, -(-idx.size // max_block))
+        k = int(min(k, max(2, idx.size // 4)))
         labels[idx] = offset + np.minimum((np.arange(idx.size) * k) // idx.size, k - 1)
         offset += k
     return labels

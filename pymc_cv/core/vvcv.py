@@ -231,7 +231,7 @@ def _run_shared(X, S, Y, kern0, B0, learn, nugget, tune, order, max_tune_points,
     else:
         B, nug_b = B0, nug
     fit = fit_shared_draws(X, S, Y, kern, B, nug_b, order)
-    labels = fold_labels(m, chain if chain is not None else np.zeros(m, dtype=int), folds)
+    labels = fold_labels(m, chain if chain is not None else np.zeros(m, dtype=int), folds, max_block=None)
     resid = np.empty_like(Y)
     z = np.empty_like(Y)
     for f in np.unique(labels):

@@ -81,7 +81,7 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0):
                          influence=influence, labels=labels)
     est = np.empty(k)
     resid = np.empty_like(Y)
-    labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2))
+    labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2), max_block=None)
     for j in range(k):
         est[j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed)[0]
 
