@@ -26,7 +26,7 @@ import numpy as np
 from scipy import linalg
 
 from .linalg import gls_solve, loo_residuals, reml_projector
-from .polynomial import stein_polynomial_features
+from .polynomial import n_polynomial_features, stein_polynomial_features
 
 __all__ = ["KernelCVFit", "design_matrix", "fit_kernel_cv", "polynomial_part", "stein_gram"]
 
@@ -151,7 +151,7 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels):
     from scipy.linalg import lapack
 
     from .heldout import deletion_residuals
-    from .linalg import cholesky_jitter
+    from .linalg import cholesky_jitter, gls_from_solves
 
     A = stein_gram(kernel, B, X, S, tau)
     k0_scale = float(np.mean(np.diag(A) / np.diag(B)[tau]))
@@ -176,24 +176,14 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels):
     out = []
     for order in orders:
         # the design of `order` is a column subset of the largest one: intercepts, then per task
-        # the first q features (features of order 1 come first)
-        q = 0 if order == 0 else (P_all.shape[1] // T - 1 if order == max(orders) else X.shape[1])
+        # the first q features (features of lower degree come first)
+        q = n_polynomial_features(X.shape[1], order)
         cols = list(range(T)) + [T + t * q_all + i for t in range(T) for i in range(q)]
         P, CiP = P_all[:, cols], CiP_all[:, cols]
         p = P.shape[1]
         if N - p < 2:
             raise ValueError(f"{N} draws cannot fit {p} intercept/polynomial coefficients; lower poly_order.")
-        try:
-            Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
-        except linalg.LinAlgError:
-            raise ValueError(
-                "The polynomial/intercept design is rank deficient for these draws: use a lower "
-                "`poly_order` or more draws."
-            ) from None
-        beta = linalg.cho_solve(Mc, P.T @ CiY, check_finite=False)
-        Qy = CiY - CiP @ beta
-        Minv = linalg.cho_solve(Mc, np.eye(p), check_finite=False)
-        s2 = np.maximum(np.einsum("nk,nk->k", Y, Qy) / max(N - p, 1), 0.0)
+        beta, Qy, Minv, s2 = gls_from_solves(P, CiP, Y, CiY)
         beta_se = np.sqrt(np.maximum(np.diag(Minv), 0.0))[:, None] * np.sqrt(s2)[None, :]
         W = CiP @ Minv
         resid, z = deletion_residuals(

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
 
-__all__ = ["cholesky_jitter", "gls_solve", "restricted_loglik", "reml_projector", "loo_residuals"]
+__all__ = ["cholesky_jitter", "gls_solve", "gls_from_solves", "restricted_loglik", "reml_projector", "loo_residuals"]
 
 
 def cholesky_jitter(C, max_tries=10):
@@ -56,9 +56,20 @@ def gls_solve(C, P, Y):
     L, _ = cholesky_jitter(C)
     CiP = linalg.cho_solve((L, True), P, check_finite=False)
     CiY = linalg.cho_solve((L, True), Y, check_finite=False)
-    M = P.T @ CiP
+    beta, coef, Minv, s2 = gls_from_solves(P, CiP, Y, CiY)
+    beta_cov = Minv[:, :, None] * s2[None, None, :]
+    return beta, coef, L, beta_cov
+
+
+def gls_from_solves(P, CiP, Y, CiY):
+    """The GLS step once C^-1 P and C^-1 Y are known.
+
+    Returns ``beta`` (p, k), ``coef`` = C^-1 (Y - P beta) = Q Y (N, k), ``Minv`` =
+    (P' C^-1 P)^-1 and the profiled amplitudes ``s2`` = y' Q y / (N - p) (k,), clipped at 0.
+    Raises ``ValueError`` when P is rank deficient.
+    """
     try:
-        Mc = linalg.cho_factor(M, check_finite=False)
+        Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
     except linalg.LinAlgError:
         raise ValueError(
             "The polynomial/intercept design is rank deficient for these draws: use a lower "
@@ -67,10 +78,9 @@ def gls_solve(C, P, Y):
     beta = linalg.cho_solve(Mc, P.T @ CiY, check_finite=False)
     coef = CiY - CiP @ beta
     N, p = P.shape
-    s2 = np.einsum("nk,nk->k", Y, coef) / max(N - p, 1)
+    s2 = np.maximum(np.einsum("nk,nk->k", Y, coef) / max(N - p, 1), 0.0)
     Minv = linalg.cho_solve(Mc, np.eye(p), check_finite=False)
-    beta_cov = Minv[:, :, None] * np.maximum(s2, 0.0)[None, None, :]
-    return beta, coef, L, beta_cov
+    return beta, coef, Minv, s2
 
 
 def restricted_loglik(C, P, y, profile_scale=True, allow_jitter=True):

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["effective_sample_size", "mcse_mean", "tail_khat", "block_folds", "KHAT_THRESHOLD"]
+__all__ = ["effective_sample_size", "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
 
 KHAT_THRESHOLD = 0.7
 
@@ -63,15 +63,3 @@ def tail_khat(resid):
         warnings.simplefilter("ignore")
         _, khat = az.psislw(np.log(np.maximum(r2, np.max(r2) * 1e-300)))
     return float(khat)
-
-
-def block_folds(n, chain, k):
-    """Fold label for each draw: contiguous blocks within each chain, so that
-    autocorrelated neighbours of a held-out draw are held out with it."""
-    folds = np.empty(n, dtype=int)
-    if chain is None:
-        chain = np.zeros(n, dtype=int)
-    for label in np.unique(chain):
-        idx = np.flatnonzero(chain == label)
-        folds[idx] = np.minimum((np.arange(idx.size) * k) // idx.size, k - 1)
-    return folds

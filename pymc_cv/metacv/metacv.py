@@ -286,7 +286,7 @@ class MetaCV:
                 stein = self._stein_after_adaptation(fit, app)
                 for j, i in enumerate(idx):
                     resid[i][apply_h] = app[j][0] - stein[j]
-        est, heldout, resid_chain, notes = [], [], [], []
+        est, heldout, resid_chain = [], [], []
         for i, (y, X, S, c) in enumerate(tasks):
             used = np.concatenate([halves[i][h] for h in sorted(resid[i])])
             order = np.argsort(used, kind="stable")  # back to sampling order, for the ESS
