@@ -200,7 +200,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     if integrands is not None:
         scalar, groups = _integrand_rows(idata, integrands, n_chain, n_draw)
         rows += scalar
-    for label, values in rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]:
+    every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
+    for label, values in every_row:
         if not np.all(np.isfinite(values)):
             raise ValueError(f"'{label}' is NaN or inf at some draws; an expectation needs finite values.")
 
@@ -249,8 +250,7 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
         return out
 
     if tasks == "chain":
-        units = [([label], [values], "per_chain") for label, values in rows]
-        units += [([lab], [v], "per_chain") for labels, vals in groups for lab, v in zip(labels, vals)]
+        units = [([label], [values], "per_chain") for label, values in every_row]
     else:
         joint = {"metacv": "meta", "vvcv": "jointly"}.get(method)
         alone = [(labels, vals) for labels, vals in groups if joint is None or len(vals) == 1]
@@ -266,9 +266,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
             if labels:
                 records += run[how](labels, vals)
             bar.advance(task_id, len(vals))
-    order = {label: i for i, label in enumerate([lab for lab, _ in rows] +
-                                                [lab for labels, _ in groups for lab in labels])}
     if tasks != "chain":
+        order = {label: i for i, (label, _) in enumerate(every_row)}
         records.sort(key=lambda r: order[r[0]])
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
