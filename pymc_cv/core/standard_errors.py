@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["effective_sample_size", "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
+__all__ = ["effective_sample_size", "effective_sample_sizes", "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
 
 KHAT_THRESHOLD = 0.7
 
@@ -43,6 +43,23 @@ def effective_sample_size(x, chain=None):
     if not np.isfinite(ess):  # constant residuals
         ess = float(n)
     return float(np.clip(ess, 1.0, n))
+
+
+def effective_sample_sizes(X, chain=None):
+    """ESS of the mean of each column of ``X`` (n, m) in one ArviZ call (capped at n)."""
+    n, m = X.shape
+    if chain is None:
+        return np.full(m, float(n))
+    import arviz as az
+
+    parts = _by_chain(X, chain)
+    if len({p.shape[0] for p in parts}) != 1 or parts[0].shape[0] < 4:
+        return np.array([effective_sample_size(X[:, j], chain) for j in range(m)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ess = az.ess(az.convert_to_dataset(np.stack(parts)), method="mean")["x"].values
+    ess = np.where(np.isfinite(ess), ess, n)
+    return np.clip(ess, 1.0, n)
 
 
 def mcse_mean(x, chain=None):

@@ -25,6 +25,7 @@ from .kernels import make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
+from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood
@@ -81,6 +82,7 @@ def vvcv_estimate(
     max_tune_points="auto",
     fallback=True,
     random_seed=0,
+    check_scores=True,
 ):
     """Estimate T related integrals E_{pi_t}[f_t] jointly with vector-valued control variates.
 
@@ -112,6 +114,8 @@ def vvcv_estimate(
         Report the plain MC mean (method "mc") for tasks where the vv-CV did not beat MC on
         held-out draws.
     random_seed : int
+    check_scores : bool
+        Check every task's scores against its draws (see :func:`cv_estimate`).
 
     Returns
     -------
@@ -163,6 +167,11 @@ def vvcv_estimate(
     max_tune_points = check_tune_points(max_tune_points)
     folds = check_folds(folds)
     shared = _shared(Xs, Ss)
+    score_notes = {}
+    for t in range(1 if shared else T) if check_scores else ():
+        note = apply_stein_check(Xs[t], Ss[t], chains[t], where="" if shared else f" for task {t}")
+        if note:
+            score_notes[t] = note
     if solver == "shared" and not shared:
         raise ValueError("solver='shared' needs identical samples and scores for every task.")
     rng = np.random.default_rng(random_seed)
@@ -203,6 +212,9 @@ def vvcv_estimate(
                      [r * sc for r, sc in zip(resid, scales)], list(zs),
                      None if se_model is None else se_model * scales, info)
     res = finalize(ys, chains, [cand], choose="first", fallback=fallback, kind="task")
+    for t, note in score_notes.items():
+        res.notes.insert(0, note)
+        res.se_reliable[slice(None) if shared else t] = False
     res.B = Bused
     res.hyperparameters = [hyper]
     return res

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from ..core.finalize import Candidate, finalize
+from ..core.score_check import apply_stein_check
 from ..core.validation import check_chain, check_task
 from .maml import build_functions
 from .network import init_params, n_params
@@ -232,7 +233,7 @@ class MetaCV:
         Za, Sa, _ = self._batch(apply)
         return np.asarray(self._adapt(Zf, Sf, Ff, Za, Sa)) * self.f_scale_
 
-    def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True):
+    def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True, check_scores=True):
         """Estimate E[f] for one task, or for many (sequences of per-task arrays).
 
         Parameters
@@ -246,6 +247,9 @@ class MetaCV:
         fallback : bool
             Report the MC mean (method "mc") for tasks where the held-out residual variance is
             not below the sample variance of f.
+        check_scores : bool
+            Check each task's scores against its draws (see :func:`pymc_cv.cv_estimate`); with
+            the few draws of a meta-task only a gross failure counts (an error).
 
         Returns
         -------
@@ -260,7 +264,7 @@ class MetaCV:
             chain = [None] * len(values)
         if not (len(values) == len(samples) == len(scores) == len(chain)):
             raise ValueError("`values`, `samples`, `scores` (and `chain`) must hold one array per task.")
-        tasks = []
+        tasks, score_notes, flagged = [], [], []
         for i in range(len(values)):
             y, X, S = _as_task((values[i], samples[i], scores[i]), i)
             if X.shape[1] != self.d_:
@@ -269,6 +273,16 @@ class MetaCV:
                 raise ValueError(f"task {i} has {y.size} draws; a Meta-CV needs at least 4 (2 to adapt, 2 to average).")
             c = None if chain[i] is None else check_chain(chain[i], y.size)
             tasks.append((y, X, S, c))
+        if check_scores:
+            checked = {}  # tasks often share one array of draws: check it once
+            for i, (_, X, S, c) in enumerate(tasks):
+                key = (id(samples[i]), id(scores[i]))
+                if key not in checked:
+                    checked[key] = apply_stein_check(X, S, c, where=f" for task {i}")
+                    if checked[key]:
+                        score_notes.append(checked[key])
+                if checked[key]:
+                    flagged.append(i)
         # residuals of every draw from the network adapted on the other half, batched by sizes
         halves = [_halves(y.size, c) for y, _, _, c in tasks]
         resid = [dict() for _ in tasks]
@@ -304,6 +318,8 @@ class MetaCV:
             res.notes.append(f"{int(small.sum())} task(s) have fewer than 40 draws: their se comes from a few "
                              "held-out residuals and is itself rough.")
             res.se_reliable = res.se_reliable & ~small
+        res.notes[:0] = score_notes
+        res.se_reliable[flagged] = False
         res.hyperparameters = [cand.info]
         if one:
             for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
