@@ -33,6 +33,11 @@ class TIResult:
         The per-rung estimator and the quadrature rule; ``estimator`` says both in words.
     seconds : dict
         Wall time of sampling, of the per-draw terms and of the estimation.
+    reliable : bool
+        False when the se may be too small: too few rungs for a quadrature error, chains that
+        disagree at some rung (R-hat), scores that fail the Stein check, or a per-rung estimate
+        flagged unreliable; ``notes`` say which.
+    notes : list of str
 
     Examples
     --------
@@ -61,6 +66,7 @@ class TIResult:
     estimator: str
     seconds: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    reliable: bool = True
     draws: dict = field(default_factory=dict, repr=False)
 
     def plot(self, ax=None, **kwargs):
@@ -73,7 +79,8 @@ class TIResult:
         lines = [
             f"TIResult ({self.estimator}, {self.temperatures.size} rungs)",
             f"  log_evidence = {self.log_evidence:.6g} +/- {self.se:.3g}"
-            f"  (sampling {self.sampling_se:.3g}, quadrature {self.quadrature_error:.3g})",
+            f"  (sampling {self.sampling_se:.3g}, quadrature {self.quadrature_error:.3g})"
+            + ("" if self.reliable else "  (se unreliable)"),
             f"  plain TI     = {self.mc_log_evidence:.6g} +/- {self.mc_se:.3g}",
         ]
         lines += [f"note: {n}" for n in self.notes]

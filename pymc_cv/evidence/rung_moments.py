@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core import cv_estimate, vvcv_estimate
+from ..core.score_check import apply_stein_check
 from ..core.standard_errors import mcse_mean
 
 __all__ = ["METHODS", "RungMoments", "rung_moments"]
@@ -43,6 +44,7 @@ class RungMoments:
     mc_mean_se: np.ndarray
     mc_var_se: np.ndarray
     method: np.ndarray
+    reliable: np.ndarray | None = None  # per rung: False where a se may be too small
     notes: list = field(default_factory=list)
 
 
@@ -126,11 +128,20 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     t = np.asarray(temperatures, dtype=float)
     rungs = _check_rungs(t, loglik, samples, grad_loglik, grad_logprior, chain)
     w = t.size
+    reliable = np.ones(w, dtype=bool)
+    notes = []
+    if options.pop("check_scores", True):
+        # swapped or mis-signed gradients, or draws from another ladder, fail this at some rung
+        for i, (_, X, gl, gp, c) in enumerate(rungs):
+            note = apply_stein_check(X, t[i] * gl + gp, c, where=f" at rung {i} (t = {t[i]:.4g})")
+            if note:
+                notes.append(note)
+                reliable[i] = False
+    options["check_scores"] = False
     mc = np.array([_mc(ll, c) for ll, _, _, _, c in rungs])
     centers = mc[:, 0]
     mean, second, mean_se, var_se = mc[:, 0].copy(), mc[:, 1].copy(), mc[:, 2].copy(), mc[:, 3].copy()
     used = np.array(["mc"] * w, dtype=object)
-    notes = []
     progress = progress or (lambda k: None)
 
     def fit_values(i):
@@ -160,6 +171,7 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
                     ests, ses, meths = r.estimate, r.se, r.method
                 for j, i in enumerate(idx):
                     est[i], se[i] = float(np.ravel(ests)[j]), float(np.ravel(ses)[j])
+                    reliable[i] &= bool(np.ravel(r.se_reliable)[j])
                     if k == 0:
                         used[i] = str(np.ravel(meths)[j])
                 notes += [f"rungs {idx[0]}-{idx[-1]}: {n}" for n in r.notes]
@@ -172,10 +184,11 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
             mean[i], second[i] = r.estimate
             mean_se[i], var_se[i] = r.se
             used[i] = str(r.method[0])
+            reliable[i] &= bool(np.all(r.se_reliable))
             notes += [f"rung {i}: {n}" for n in r.notes]
             progress(1)
     var = second - (mean - centers) ** 2
     return RungMoments(
         mean=mean, var=var, mean_se=mean_se, var_se=var_se, mc_mean=mc[:, 0], mc_var=mc[:, 1],
-        mc_mean_se=mc[:, 2], mc_var_se=mc[:, 3], method=used, notes=notes,
+        mc_mean_se=mc[:, 2], mc_var_se=mc[:, 3], method=used, reliable=reliable, notes=notes,
     )

@@ -42,6 +42,23 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
     mc_value, mc_sampling = integrate(t, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule)
     mc_qerr = quadrature_error(t, mom.mc_mean, mom.mc_var, rule=rule)
     notes = list(mom.notes)
+    reliable = bool(np.all(mom.reliable))
+    if not reliable:
+        bad = np.flatnonzero(~mom.reliable)
+        notes.append(f"rung(s) {bad.tolist()} have standard errors that may be too small (see the notes above).")
+    if not np.isfinite(qerr):
+        reliable = False
+        notes.append(f"{len(t)} rungs are too few to estimate the quadrature error (it needs at least 3); the se "
+                     "covers the sampling error only. Use more temperatures.")
+    rhat = _rung_rhat(loglik, chain)
+    stuck = np.flatnonzero(rhat > _RHAT_MAX)
+    if stuck.size:
+        reliable = False
+        notes.append("chains disagree about E_t[log p(y|x)] at rung(s) "
+                     + ", ".join(f"{i} (t = {t[i]:.3g}, R-hat {rhat[i]:.2f})" for i in stuck[:8])
+                     + f"{', ...' if stuck.size > 8 else ''}: the power posterior there may have several "
+                     "modes the chains did not mix between; the log evidence can be far off. Use more "
+                     "tuning/draws or a population sampler.")
     if np.isfinite(qerr) and qerr > sampling_se:
         notes.append(f"the estimated quadrature error ({qerr:.3g}) exceeds the sampling se ({sampling_se:.3g}): "
                      "add rungs (temperatures='adaptive' or a larger ladder).")
@@ -51,8 +68,34 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
         quadrature_error=qerr, mc_log_evidence=mc_value, mc_se=float(np.hypot(mc_sampling, np.nan_to_num(mc_qerr))),
         temperatures=np.asarray(t, dtype=float), moments=mom, method=method, rule=rule,
         estimator=f"{METHODS[method]}; {rule_name}", seconds={"estimation": time.perf_counter() - start},
-        notes=notes,
+        notes=notes, reliable=reliable,
     )
+
+
+# split-R-hat of log p(y|x) above this at a rung: its chains disagree (1.01 is ArviZ's advice for
+# final inferences; rungs are often short, and their R-hat that much noisier)
+_RHAT_MAX = 1.05
+
+
+def _rung_rhat(loglik, chain):
+    """ArviZ's rank-normalised split R-hat of log p(y|x) per rung (nan where not computable)."""
+    import warnings
+
+    import arviz as az
+
+    out = np.full(len(loglik), np.nan)
+    for i, ll in enumerate(loglik):
+        c = None if chain is None else chain[i]
+        if c is None:
+            continue
+        labels, counts = np.unique(c, return_counts=True)
+        if labels.size < 2 or np.unique(counts).size != 1 or counts[0] < 8:
+            continue
+        arr = np.stack([np.asarray(ll, dtype=float)[np.asarray(c) == lab] for lab in labels])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out[i] = float(az.rhat(arr))
+    return out
 
 
 def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, **seconds):
