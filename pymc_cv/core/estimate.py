@@ -19,12 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from .finalize import Candidate, finalize
-from .heldout import fold_labels
+from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout
 from .kernels import make_kernel
 from .linalg import loo_residuals, restricted_loglik
 from .nystrom import choose_inducing
 from .polynomial import n_polynomial_features
+from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
@@ -80,26 +81,54 @@ def _tune_loo_grid(kernel, X, S, Y, tau, B, order, opts):
     return best[1], best[2]
 
 
-def _kernel_candidates(names, X, S, Y, cols, chain, opts, rng, notes):
-    """CF and/or SECF candidates for the columns ``cols`` of ``Y`` (standardised columns)."""
+def _kernel_candidates(names, X, S, Y, cols, chain, opts, rng, notes, rep=None):
+    """CF and/or SECF candidates for the columns ``cols`` of ``Y`` (standardised columns).
+
+    ``rep``: ``repeated_draws(X)``.  Repeated draws are one point of the kernel fit with nugget
+    / multiplicity (the same GLS fit as with every copy, better conditioned and cheaper), in
+    one held-out fold, so that no copy of a held-out draw stays in the training set.
+    """
+    labels = fold_labels(X.shape[0], chain, opts["folds"], first=None if rep is None else rep[0])
+    if rep is not None and rep[1].size <= opts["exact_max_n"]:
+        _, unique, inverse, counts = rep
+        out = _kernel_fits(names, X[unique], S[unique], Y[unique], cols, labels[unique], opts, rng, notes,
+                           weights=counts)
+        for cand in out:
+            cand.resid, cand.z = cand.resid[inverse], cand.z[inverse]
+            cand.influence = cand.influence[inverse] / counts[inverse]
+            cand.labels = labels
+        return out
+    return _kernel_fits(names, X, S, Y, cols, labels, opts, rng, notes)
+
+
+def _kernel_fits(names, X, S, Y, cols, labels, opts, rng, notes, weights=None):
     n, d = X.shape
-    n_tune = tune_points(opts["max_tune_points"], n)
     order = _secf_order(n, d, opts["poly_order"]) if "secf" in names else 0
     orders = ([0] if "cf" in names else []) + ([order] if "secf" in names and order > 0 else [])
     if not orders:  # SECF without room for polynomials is the CF
-        orders, names = [0], ["cf"]
-    tune_order = min(max(orders), _secf_order(n_tune, d, "auto") if opts["poly_order"] == "auto" else max(orders))
-    ard = opts["ard"] if opts["ard"] != "auto" else d <= 20
-    kernel = make_kernel(opts["kernel"], d, X, ard=ard)
+        orders = [0]
+    n_tune = tune_points(opts["max_tune_points"], n)
     idx = subsample_per_task(np.zeros(n, dtype=int), 1, n_tune, rng)
     tcols = cols[np.unique(np.linspace(0, cols.size - 1, min(cols.size, _MAX_TUNE_COLUMNS)).astype(int))]
-    kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
+    out = []
+    # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
+    # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
+    for o in orders:
+        tune_order = o if opts["poly_order"] != "auto" else min(o, _secf_order(n_tune, d, "auto"))
+        kernel = make_kernel(opts["kernel"], d, X, ard=opts["ard"] if opts["ard"] != "auto" else d <= 20)
+        kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
+        out += _fit_with(kernel, nugget, [o], X, S, Y, cols, labels, opts, rng, notes, weights)
+    return out
+
+
+def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, weights):
+    n = X.shape[0]
     Ysub = Y[:, cols]
     tau, B = np.zeros(n, dtype=int), np.ones((1, 1))
-    labels = fold_labels(n, chain, opts["folds"])
     info = {"kernel": kernel, "nugget": nugget}
     if n <= opts["exact_max_n"]:
-        fits = fit_exact_heldout(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels)
+        fits = fit_exact_heldout(X, S, Ysub, tau, 1, kernel, B, nugget if weights is None else nugget / weights,
+                                 orders, labels)
         suffix = ""
     else:
         choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng)
@@ -149,6 +178,7 @@ def cv_estimate(
     exact_max_n=4000,
     kernel_max_dim=50,
     random_seed=0,
+    check_scores=True,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
 
@@ -196,6 +226,10 @@ def cv_estimate(
     kernel_max_dim : int
         ``method="auto"`` fits no kernel CV above this many parameters (ZV-CVs or MC only).
     random_seed : int
+    check_scores : bool
+        Check the scores against the draws first (the Stein identities E[s] = 0 and
+        E[(x - Ex) s_i] = -1, within their MCSE): an error when they fail by far (wrong sign,
+        other data), a note and ``se_reliable=False`` when mildly.
 
     Returns
     -------
@@ -221,6 +255,7 @@ def cv_estimate(
                             poly_order=poly_order)
     chain = opts.pop("chain")
     opts.update(kernel=kernel)
+    score_note = apply_stein_check(X, S, chain) if check_scores else None
     rng = np.random.default_rng(random_seed)
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
     Xs, Ss = std.transform(X, S)
@@ -237,10 +272,14 @@ def cv_estimate(
         zv_orders = [int(method[2])] if method.startswith("zv") else []
         kernel_names = [method] if method in ("cf", "secf") else []
     notes, candidates = [], []
+    rep = repeated_draws(X)
+    if rep is not None:
+        notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
+                     "copies are held out together and are one point of a kernel fit.")
     for order in zv_orders if live.size else []:
         try:
             cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
-                                           random_seed)
+                                           random_seed, first=None if rep is None else rep[0])
         except ValueError as err:
             if method != "auto":
                 raise
@@ -259,7 +298,7 @@ def cv_estimate(
         todo = np.setdiff1d(live, np.concatenate(exact)) if exact else live
     if kernel_names and todo.size:
         try:
-            candidates += _kernel_candidates(kernel_names, Xs, Ss, Ystd, todo, chain, opts, rng, notes)
+            candidates += _kernel_candidates(kernel_names, Xs, Ss, Ystd, todo, chain, opts, rng, notes, rep)
         except ValueError as err:
             if method != "auto":
                 raise
@@ -267,6 +306,9 @@ def cv_estimate(
     candidates = [_rescale(c, loc, scale) for c in candidates]
     res = finalize(Y, chain, candidates, choose="best" if method == "auto" else "first",
                    fallback=method == "auto", notes=notes)
+    if score_note:
+        res.notes.insert(0, score_note)
+        res.se_reliable[:] = False
     if one_d:
         for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
                     "khat"):

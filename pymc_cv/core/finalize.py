@@ -70,6 +70,24 @@ def _label(kind, j):
     return f"{kind} {j}"
 
 
+def _assess(cand, i, c, mcse, floor):
+    """The se this candidate would report for integrand i, and its held-out variance reduction."""
+    r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
+    rc = c if cand.resid_chain is None else cand.resid_chain[i]
+    se_held = mcse_mean(r - r.mean(), rc)
+    vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
+    se_model = np.nan if cand.se_model is None else float(cand.se_model[i])
+    se = max(combine_se(se_model, se_held, rc), floor)
+    # the fold-to-fold spread of the estimate: what the fit's dependence on the draws it saw adds
+    # to the error, which neither the model se nor the residuals show
+    se_jack = cand.jackknife_se(i)
+    if np.isfinite(se_jack):
+        se = max(se, se_jack)
+    if vr <= 1.0:  # the held-out residuals say the fit lost to MC: its model se is not believed
+        se = max(se, se_held)
+    return {"cand": cand, "i": i, "vr": vr, "se": se, "r": r}
+
+
 def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integrand", notes=None,
              method_label=None):
     """A :class:`CVResult` for the k integrands (columns of ``Y``) from candidate fits.
@@ -81,8 +99,9 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
         (None entries for independent draws) when columns are tasks with draws of their own.
     candidates : list of Candidate
     choose : {"best", "first"}
-        "best": per integrand the candidate with the smallest held-out se; "first": the first
-        candidate that fitted it (an explicit method).
+        "best": per integrand the candidate with the smallest se as it would be reported, among
+        those that beat MC on held-out draws if any did; "first": the first candidate that
+        fitted it (an explicit method).
     fallback : bool
         Report the MC mean where the chosen candidate did not beat MC on held-out draws.
     kind : str
@@ -101,33 +120,24 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
             i = cand.index_of(j)
             if i is None or not np.isfinite(cand.estimate[i]):
                 continue
-            r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
-            se_held = mcse_mean(r - r.mean(), c if cand.resid_chain is None else cand.resid_chain[i])
-            tried.append((se_held, cand, i, r))
+            tried.append(_assess(cand, i, c, mcse, floor))
         if np.std(y) == 0.0:  # a constant integrand is known exactly
             rec = (mc, floor, "mc", np.inf, True, np.nan, None, y - mc)
         elif not tried:
             rec = (mc, mcse, "mc", 1.0, True, np.nan, None, y - mc)
         else:
-            se_held, cand, i, r = min(tried, key=lambda t: t[0]) if choose == "best" else tried[0]
-            vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
+            # the smallest se as reported (model, held-out and jackknife parts), not the held-out
+            # one alone: a fit that looks best on held-out draws but moves with them loses
+            helped = [a for a in tried if a["vr"] > 1.0]  # no fallback to MC while a CV beat it
+            a = min(helped or tried, key=lambda a: a["se"]) if choose == "best" else tried[0]
+            cand, i, vr, se, r = a["cand"], a["i"], a["vr"], a["se"], a["r"]
             name = method_label or cand.name
             if vr <= 1.0 and fallback:
                 notes.append(f"{_label(kind, j)}: no control variate beat plain MC on held-out draws "
                              f"({name}: variance reduction {vr:.2f}); reporting the MC mean.")
                 rec = (mc, mcse, "mc", vr, True, np.nan, None, y - mc)
             else:
-                se_model = np.nan if cand.se_model is None else float(cand.se_model[i])
-                se = max(combine_se(se_model, se_held, c if cand.resid_chain is None else cand.resid_chain[i]),
-                         floor)
-                # the fold-to-fold spread of the estimate: what the fit's dependence on the draws it
-                # saw adds to the error, which neither the model se nor the residuals show
-                se_jack = cand.jackknife_se(i)
-                if np.isfinite(se_jack):
-                    se = max(se, se_jack)
                 if vr <= 1.0:
-                    # the held-out residuals say the fit lost to MC: its model se is not believed
-                    se = max(se, se_held)
                     notes.append(f"{_label(kind, j)}: {name} did not beat plain MC on held-out draws "
                                  f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
                                  "method='auto' or 'mc'.")

@@ -26,17 +26,39 @@ from scipy.linalg import lapack
 
 from .threads import blas_threads
 
-__all__ = ["fold_labels", "deletion_residuals", "refit_residuals", "MAX_BLOCK"]
+__all__ = ["fold_labels", "repeated_draws", "deletion_residuals", "refit_residuals", "MAX_BLOCK"]
 
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
 # autocorrelation time buy nothing
 MAX_BLOCK = 250
 
 
-def fold_labels(n, chain, folds, max_block=MAX_BLOCK):
+def fold_labels(n, chain, folds, max_block=MAX_BLOCK, first=None):
     """Fold label of each draw: ``arange(n)`` (leave-one-out) for independent draws, else
     ``folds`` contiguous blocks per chain (more when a block would exceed ``max_block`` draws;
-    None for paths that refit per fold, where more folds cost more refits)."""
+    None for paths that refit per fold, where more folds cost more refits).
+
+    ``first`` (n,): index of the first draw equal to each draw (``repeated_draws``); a repeated
+    draw joins the fold of its first copy, or a fit would be judged on a draw it saw.
+    """
+    labels = _fold_labels(n, chain, folds, max_block)
+    return labels if first is None else labels[first]
+
+
+def repeated_draws(X):
+    """(first, unique, inverse, counts) of the rows of ``X``, or None when all rows differ.
+
+    Metropolis and slice samplers repeat draws when they reject, thinning keeps some of the
+    repeats: ``first[i]`` is the first row equal to row i, ``X[unique]`` the distinct rows,
+    ``inverse`` maps rows to them and ``counts`` says how often each occurs."""
+    _, unique, inverse, counts = np.unique(X, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    if unique.size == X.shape[0]:
+        return None
+    inverse = inverse.ravel()
+    return unique[inverse], unique, inverse, counts
+
+
+def _fold_labels(n, chain, folds, max_block):
     if chain is None:
         return np.arange(n)
     labels = np.empty(n, dtype=int)

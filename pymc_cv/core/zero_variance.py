@@ -52,7 +52,7 @@ def fit_zero_variance(X, S, y, order, penalty=None, seed=0):
     return float(model.intercept_), np.asarray(model.coef_)
 
 
-def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0):
+def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first=None):
     """ZV-CV of every column of ``Y`` (n, k) with held-out residuals, as a :class:`Candidate`.
 
     Least squares is one QR for all columns, and its held-out residuals are the closed form
@@ -72,7 +72,7 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0):
         Qm, R = np.linalg.qr(D)
         coef = linalg.solve_triangular(R, Qm.T @ Y, check_finite=False)
         e = Y - D @ coef
-        labels = fold_labels(n, chain, folds)
+        labels = fold_labels(n, chain, folds, first=first)
         resid, z = deletion_residuals(
             e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
             lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
@@ -81,7 +81,8 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0):
                          influence=influence, labels=labels)
     est = np.empty(k)
     resid = np.empty_like(Y)
-    labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2), max_block=None)
+    labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2), max_block=None,
+                         first=first)
     for j in range(k):
         est[j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed)[0]
 
