@@ -42,6 +42,6 @@ with pm.Model() as model:
     lam = pm.Gamma("lam", 2.0, 1.0)
     pm.Poisson("y", lam, observed=np.array([3, 5, 2, 4, 6, 1]))
     idata = pm.sample(500, tune=500, chains=2, random_seed=1, progressbar=False)
-table = pymc_cv.summary(idata, model, var_names=["lam"], progressbar=False)
+table = pymc_cv.summary(idata, model=model, var_names=["lam"], progressbar=False)
 print(table.to_string())
 print("error: MCMC %.2g, CV %.2g" % (abs(table["mean"].iloc[0] - 23 / 7), abs(table["cv_mean"].iloc[0] - 23 / 7)))

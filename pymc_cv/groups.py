@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores"]
+__all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels"]
 
 UNCONSTRAINED = "unconstrained_posterior"
 SCORE = "score"
@@ -61,3 +61,13 @@ def stacked_draws_and_scores(idata):
         X.append(x.reshape(n_chain, n_draw, k))
         S.append(s.reshape(n_chain, n_draw, k))
     return np.concatenate(X, axis=2), np.concatenate(S, axis=2)
+
+
+def coordinate_labels(idata):
+    """One label per column of :func:`stacked_draws_and_scores` (``sigma_log__``, ``theta[3]``)."""
+    unc = idata[UNCONSTRAINED]
+    labels = []
+    for name in unc.data_vars:
+        shape = unc[name].transpose("chain", "draw", ...).shape[2:]
+        labels += [name] if not shape else [f"{name}[{', '.join(map(str, i))}]" for i in np.ndindex(*shape)]
+    return labels

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
 from .core import cv_estimate, vvcv_estimate
-from .groups import SCORE, UNCONSTRAINED, stacked_draws_and_scores
+from .core.score_check import apply_stein_check
+from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
 from .progress import progress_bar
 
 __all__ = ["summary"]
@@ -112,20 +115,21 @@ def _plain_mcse(values):
     return float(np.ravel(az.mcse(values, method="mean"))[0]) if values.shape[1] >= 4 else np.nan
 
 
-def summary(idata, model=None, var_names=None, integrands=None, method="auto", tasks=None, *,
-            B="learn", metacv=None, progressbar=True, **options):
+def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
+            metacv=None, check_scores=True, progressbar=True, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
     Parameters
     ----------
-    idata : arviz.InferenceData
+    data : arviz.InferenceData
         Posterior draws; with the ``unconstrained_posterior`` and ``score`` groups (from
         :func:`compute_scores` or a Stan converter), or ``model`` to compute them.
-    model : pymc.Model, optional
-        Used to compute the scores when ``idata`` does not have them.
-    var_names : list of str, optional
+    var_names : str or list of str, optional
         Posterior variables (free, transformed or deterministic) to summarise; every element
         of a vector/matrix variable is a row.  Default: all of them, unless ``integrands``.
+    model : pymc.Model, optional
+        Used to compute the scores when ``data`` does not have them (keyword only, as the
+        second positional argument is ``var_names``, like ``az.summary``).
     integrands : dict of name -> callable, optional
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
@@ -148,6 +152,9 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     metacv : dict, optional
         Settings of the :class:`MetaCV` for ``method="metacv"`` (``hidden``, ``meta_iterations``,
         ``support_size``, ...).
+    check_scores : bool
+        Check the scores against the draws first (see :func:`cv_estimate`): an error when they
+        fail the Stein identities by far, ``se_reliable=False`` and a note when mildly.
     progressbar : bool
         PyMC-style progress bar over the rows.
     **options
@@ -160,7 +167,9 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
         Index like ``az.summary`` (``theta[0]``); columns ``mean``, ``mcse_mean`` (plain MCMC, as
         ArviZ computes them), ``cv_mean``, ``cv_mcse``, ``variance_reduction`` ((mcse/cv mcse)^2 on
         held-out draws), ``method`` and ``se_reliable``.  ``table.attrs["cv_results"]`` maps each
-        row to its ``(CVResult, index)``, for :func:`pymc_cv.plots.plot_cv_fit`.
+        row to its ``(CVResult, index)``, for :func:`pymc_cv.plots.plot_cv_fit`;
+        ``table.attrs["notes"]`` holds what concerns every row (divergences, the score check),
+        also issued as warnings.
 
     Examples
     --------
@@ -170,7 +179,7 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     ...     y = pm.Normal("y", mu, 1, observed=np.array([0.5, 1.5]))
     ...     idata = pm.sample(200, tune=200, chains=2, progressbar=False, random_seed=0,
     ...                       compute_convergence_checks=False)
-    >>> table = pymc_cv.summary(idata, model, var_names=["mu"], progressbar=False)
+    >>> table = pymc_cv.summary(idata, ["mu"], model=model, progressbar=False)
     >>> list(table.columns[:4])
     ['mean', 'mcse_mean', 'cv_mean', 'cv_mcse']
     >>> bool(abs(table.loc["mu", "cv_mean"] - 200 / 201) < 1e-6)   # exact posterior mean: 2 / (2 + 1/100)
@@ -178,12 +187,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     """
     import pandas as pd
 
-    if "posterior" not in idata.groups():
-        raise ValueError("idata has no 'posterior' group; pass the InferenceData of a fitted model.")
-    if tasks not in (None, "chain"):
-        raise ValueError(f"tasks={tasks!r}; use None or 'chain'.")
-    if method not in ("auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"):
-        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'cf', 'secf', 'vvcv' or 'metacv'.")
+    idata = data
+    _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, check_scores, progressbar)
     if not (UNCONSTRAINED in idata.groups() and SCORE in idata.groups()):
         if model is None:
             stacked_draws_and_scores(idata)  # raises, saying how to get the scores
@@ -194,6 +199,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
     _check_draws_and_scores(X, S)
     n_chain, n_draw, d = X.shape
     cv_opts, vv_opts = _split_options(options)
+    cv_opts["check_scores"] = vv_opts["check_scores"] = False  # checked once, here, with names
+    flagged = _run_wide_checks(idata, X, S, check_scores, per_chain=tasks == "chain")
 
     rows = _variable_rows(idata, var_names) if (var_names is not None or integrands is None) else []
     groups = []
@@ -244,7 +251,8 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
             train = [(ys[t], Xf, Sf) for t in np.flatnonzero(halves != h)]
             test = np.flatnonzero(halves == h)
             res = MetaCV(**settings).meta_fit(train).estimate([ys[t] for t in test], [Xf] * test.size,
-                                                              [Sf] * test.size, chain=[chain] * test.size)
+                                                              [Sf] * test.size, chain=[chain] * test.size,
+                                                              check_scores=False)
             for j, t in enumerate(test):
                 out[t] = _record(labels[t], vals[t], res, j, results)
         return out
@@ -271,5 +279,60 @@ def summary(idata, model=None, var_names=None, integrands=None, method="auto", t
         records.sort(key=lambda r: order[r[0]])
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
+    if flagged:
+        table["se_reliable"] = False
     table.attrs["cv_results"] = results
+    table.attrs["notes"] = flagged
     return table
+
+
+def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, check_scores, progressbar):
+    """Every argument of the wrong type is an error naming it, before any work."""
+    if not hasattr(idata, "groups") or "posterior" not in idata.groups():
+        raise TypeError("`data` must be the InferenceData of a fitted model (with a 'posterior' group); got "
+                        f"{type(idata).__name__}.")
+    names = [var_names] if isinstance(var_names, str) else var_names
+    if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(v, str) for v in names)):
+        hint = " To pass the model, use summary(idata, model=model)." if hasattr(var_names, "logp") else ""
+        raise TypeError(f"`var_names` must be a str or a list of str; got {type(var_names).__name__}.{hint}")
+    if model is not None:
+        import pymc as pm
+
+        if not isinstance(model, pm.Model):
+            raise TypeError(f"`model` must be a pymc.Model; got {type(model).__name__}.")
+    if integrands is not None and not isinstance(integrands, Mapping):
+        raise TypeError("`integrands` must be a dict of name -> callable(posterior); got "
+                        f"{type(integrands).__name__}.")
+    if metacv is not None and not isinstance(metacv, Mapping):
+        raise TypeError(f"`metacv` must be a dict of MetaCV settings; got {type(metacv).__name__}.")
+    for name, flag in (("check_scores", check_scores), ("progressbar", progressbar)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"`{name}` must be True or False; got {flag!r}.")
+    if tasks not in (None, "chain"):
+        raise ValueError(f"tasks={tasks!r}; use None or 'chain'.")
+    if method not in ("auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"):
+        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'cf', 'secf', 'vvcv' or 'metacv'.")
+
+
+def _run_wide_checks(idata, X, S, check_scores, per_chain):
+    """Notes that concern every row: divergent transitions and the Stein check of the scores
+    (an error when grossly violated).  Each is also a warning; a non-empty list flags every row."""
+    notes = []
+    n_chain, n_draw, d = X.shape
+    if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
+        n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
+        if n_div:
+            notes.append(f"{n_div} divergent transition(s): the draws may be biased where the sampler could "
+                         "not go, and control variates cannot remove that bias; every se is marked "
+                         "unreliable. Reparameterise or raise target_accept.")
+    if check_scores and per_chain:  # every chain may have a target of its own
+        for c in range(n_chain):
+            note = apply_stein_check(X[c], S[c], None, names=coordinate_labels(idata), where=f" in chain {c}")
+            notes += [note] if note else []
+    elif check_scores:
+        chain = np.repeat(np.arange(n_chain), n_draw)
+        note = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=coordinate_labels(idata))
+        notes += [note] if note else []
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=3)
+    return notes

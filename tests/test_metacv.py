@@ -162,7 +162,7 @@ def test_summary_with_metacv_on_many_tasks_of_a_conjugate_posterior():
         mu = np.asarray(post["mu"])[..., None]
         return np.sin(a * mu) + b * mu**2
 
-    table = pymc_cv.summary(idata, model, integrands={"f": tasks}, method="metacv", progressbar=False,
+    table = pymc_cv.summary(idata, model=model, integrands={"f": tasks}, method="metacv", progressbar=False,
                             metacv={"hidden": (16,), "meta_iterations": 800})
     assert list(table.index[:2]) == ["f[0]", "f[1]"] and len(table) == 24
     err = np.abs(table["cv_mean"].to_numpy() - truth)

@@ -78,7 +78,7 @@ def test_summary_beats_mcmc_on_conjugate_models(name):
     cv_err, mc_err, covered = [], [], []
     for seed in range(3):
         idata = sample(model, seed)
-        table = pymc_cv.summary(idata, model, var_names=list(truth), progressbar=False)
+        table = pymc_cv.summary(idata, model=model, var_names=list(truth), progressbar=False)
         cv_err += list(np.abs(table["cv_mean"].values - tv))
         mc_err += list(np.abs(table["mean"].values - tv))
         covered += list(np.abs(table["cv_mean"].values - tv) <= 1.96 * table["cv_mcse"].values)
@@ -94,7 +94,7 @@ def test_summary_beats_mcmc_on_conjugate_models(name):
 
 def test_summary_rows_are_labelled_like_arviz(hierarchical):
     model, idata = hierarchical
-    table = pymc_cv.summary(idata, model, var_names=["mu", "theta"], method="zv1", progressbar=False)
+    table = pymc_cv.summary(idata, model=model, var_names=["mu", "theta"], method="zv1", progressbar=False)
     ref = az.summary(idata, var_names=["mu", "theta"], kind="stats")
     assert list(table.index) == list(ref.index)
     assert {"mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "method"} <= set(table.columns)
@@ -103,7 +103,7 @@ def test_summary_rows_are_labelled_like_arviz(hierarchical):
 def test_default_rows_are_every_posterior_variable_like_arviz(hierarchical):
     """Untransformed free variables share their name with their value variable: still rows."""
     model, idata = hierarchical
-    table = pymc_cv.summary(idata, model, method="zv1", progressbar=False)
+    table = pymc_cv.summary(idata, model=model, method="zv1", progressbar=False)
     ref = az.summary(idata, kind="stats")
     # every row of az.summary except the value variables (tau_log__) that include_transformed adds
     assert list(table.index) == [i for i in ref.index if "__" not in str(i)]
@@ -120,7 +120,7 @@ def test_integrand_with_task_dims_is_fitted_with_the_rows_or_by_vvcv(hierarchica
 
     plain = curve(idata.posterior).mean(axis=(0, 1))
     for method, names in (("auto", {"zv1", "zv2", "cf", "secf", "mc"}), ("vvcv", {"vvcv-shared", "mc"})):
-        table = pymc_cv.summary(idata, model, integrands={"curve": curve}, method=method, progressbar=False)
+        table = pymc_cv.summary(idata, model=model, integrands={"curve": curve}, method=method, progressbar=False)
         assert list(table.index) == [f"curve[{i}]" for i in range(4)]
         assert set(table["method"]) <= names
         np.testing.assert_allclose(table["mean"].values, plain)
@@ -128,7 +128,7 @@ def test_integrand_with_task_dims_is_fitted_with_the_rows_or_by_vvcv(hierarchica
 
 def test_tasks_chain_gives_one_row_per_chain(hierarchical):
     model, idata = hierarchical
-    table = pymc_cv.summary(idata, model, var_names=["mu"], tasks="chain", progressbar=False)
+    table = pymc_cv.summary(idata, model=model, var_names=["mu"], tasks="chain", progressbar=False)
     assert list(table.index) == ["mu (chain 0)", "mu (chain 1)"]
     np.testing.assert_allclose(table["mean"].values, idata.posterior["mu"].mean("draw").values)
 
@@ -169,13 +169,13 @@ def test_bad_summary_arguments():
     model, _ = MODELS["normal_normal"]()
     idata = az.from_dict(posterior={"mu": np.random.default_rng(0).normal(size=(2, 30))})
     with pytest.raises(ValueError, match=r"var_names \['nope'\]"):
-        pymc_cv.summary(idata, model, var_names=["nope"], progressbar=False)
+        pymc_cv.summary(idata, model=model, var_names=["nope"], progressbar=False)
     with pytest.raises(ValueError, match="method="):
-        pymc_cv.summary(idata, model, method="magic", progressbar=False)
+        pymc_cv.summary(idata, model=model, method="magic", progressbar=False)
     with pytest.raises(ValueError, match=r"must return \(chain, draw"):
-        pymc_cv.summary(idata, model, integrands={"f": lambda post: np.ones(3)}, progressbar=False)
+        pymc_cv.summary(idata, model=model, integrands={"f": lambda post: np.ones(3)}, progressbar=False)
     with pytest.raises(TypeError, match="unknown options"):
-        pymc_cv.summary(idata, model, colour="red", progressbar=False)
+        pymc_cv.summary(idata, model=model, colour="red", progressbar=False)
 
 
 def test_infinite_unconstrained_draw_is_reported():

@@ -31,6 +31,48 @@ def _check_model(model):
         )
 
 
+def _current_value(var):
+    """The value a data variable or observed RV of the model holds now (None if not a constant)."""
+    if hasattr(var, "get_value"):
+        return np.asarray(var.get_value())
+    if hasattr(var, "data"):
+        return np.asarray(var.data)
+    try:
+        return np.asarray(var.eval())
+    except Exception:  # a graph with inputs: nothing to compare
+        return None
+
+
+def _check_same_data(idata, model):
+    """The draws were sampled with the data in ``observed_data`` / ``constant_data``; scores taken
+    with other data (``pm.set_data`` after sampling, another dataset) belong to another posterior."""
+    differ = []
+    for group in ("observed_data", "constant_data"):
+        if group not in idata.groups():
+            continue
+        for name in idata[group].data_vars:
+            if name not in model.named_vars:
+                continue
+            var = model.named_vars[name]
+            var = model.rvs_to_values.get(var, var)  # an observed RV: its data
+            now = _current_value(var)
+            then = np.asarray(idata[group][name].values)
+            if now is None:
+                continue
+            # ArviZ stores a scalar observation with shape (1,): compare the values, not the shapes
+            same = now.size == then.size and np.allclose(now.astype(float).ravel(), then.astype(float).ravel(),
+                                                         equal_nan=True)
+            if not same:
+                differ.append(f"{group}['{name}']")
+    if differ:
+        raise ValueError(
+            f"The model's data differ from the data the draws were sampled with ({', '.join(differ)}): the "
+            "scores would belong to another posterior and every control variate would be confidently wrong. "
+            "Restore the sampling data (e.g. pm.set_data({...}) with idata.constant_data) before computing "
+            "scores, and set the new data only for predictions afterwards."
+        )
+
+
 def _batched(fn_inputs, outputs, replace, compile_kwargs):
     import pytensor
     from pytensor.graph.replace import vectorize_graph
@@ -118,6 +160,7 @@ def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
     compile_kwargs = dict(compile_kwargs or {})
     if "posterior" not in idata.groups():
         raise ValueError("idata has no 'posterior' group; pass the InferenceData returned by pm.sample().")
+    _check_same_data(idata, model)
     post = idata.posterior
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     n = n_chain * n_draw

@@ -1,0 +1,95 @@
+"""Do the reported standard errors cover?  2-se coverage of ``cv_estimate(method="auto")`` on a grid.
+
+Target N(0, I_d); d in 1, 2, 5, 10, 20, 50; n in 50, 200, 1,000 draws, independent ("iid") or
+from two AR(1) chains with lag-one correlation 0.5 and the right marginal ("mcmc", passed with
+``chain=``).  Four integrands with known expectations, fitted together in one call per
+replication, as ``summary`` does:
+
+- poly:  x0^2 + x0^3 + x_{d-1}              E = 1
+- trig:  sin(x0) + cos(x_{d-1})            E = exp(-1/2)  (d = 1: sin(x0) + cos(x0))
+- exp:   exp(x0 / 2)                       E = exp(1/8)
+- ind:   1{x0 > 1/2}                       E = 1 - Phi(1/2)
+
+Per cell: coverage among results flagged reliable (``se_reliable``), the share flagged
+reliable, and the median |CV error| / |MC error|.  Targets (issue 13): coverage >= 90% among
+reliable results in every cell, and at least half flagged reliable wherever CV beats MC by 2x.
+
+    python bench/coverage.py [reps=40]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+import numpy as np
+from scipy import stats
+
+import pymc_cv
+
+DIMS = (1, 2, 5, 10, 20, 50)
+SIZES = (50, 200, 1000)
+NAMES = ("poly", "trig", "exp", "ind")
+TRUTH = np.array([1.0, np.exp(-0.5), np.exp(0.125), stats.norm.sf(0.5)])
+
+
+def integrands(x):
+    a, b = x[:, 0], x[:, -1]
+    return np.column_stack([a ** 2 + a ** 3 + b, np.sin(a) + np.cos(b), np.exp(a / 2), (a > 0.5).astype(float)])
+
+
+def draws(n, d, sampler, rng):
+    if sampler == "iid":
+        return rng.normal(size=(n, d)), None
+    rho, m = 0.5, n // 2
+    x = np.empty((2, m, d))
+    x[:, 0] = rng.normal(size=(2, d))
+    for t in range(1, m):
+        x[:, t] = rho * x[:, t - 1] + np.sqrt(1 - rho ** 2) * rng.normal(size=(2, d))
+    return x.reshape(2 * m, d), np.repeat([0, 1], m)
+
+
+def cell(d, n, sampler, reps, seed):
+    rng = np.random.default_rng(seed)
+    z, ok, ratio = [], [], []
+    for r in range(reps):
+        x, chain = draws(n, d, sampler, rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = pymc_cv.cv_estimate(integrands(x), x, -x, chain=chain, random_seed=r)
+        z.append(np.abs(res.estimate - TRUTH) / res.se)
+        ok.append(res.se_reliable)
+        ratio.append(np.abs(res.estimate - TRUTH) / np.maximum(np.abs(res.mc_estimate - TRUTH), 1e-300))
+    z, ok, ratio = map(np.array, (z, ok, ratio))
+    out = []
+    for j in range(len(NAMES)):
+        rel = ok[:, j]
+        cov = float(np.mean(z[rel, j] <= 2)) if rel.any() else np.nan
+        out.append((cov, float(rel.mean()), float(np.median(ratio[:, j]))))
+    return out
+
+
+def main(reps=40):
+    print(f"2-se coverage among reliable results / share reliable / median |CV err|/|MC err|, {reps} reps per cell")
+    print("| draws | d | n | " + " | ".join(NAMES) + " | seconds |")
+    print("|---|---|---|" + "---|" * len(NAMES) + "---|")
+    misses = []
+    for sampler in ("iid", "mcmc"):
+        for d in DIMS:
+            for n in SIZES:
+                start = time.perf_counter()
+                res = cell(d, n, sampler, reps, seed=1000 * d + n + (0 if sampler == "iid" else 1))
+                secs = time.perf_counter() - start
+                parts = []
+                for name, (cov, share, ratio) in zip(NAMES, res):
+                    bad = (np.isfinite(cov) and cov < 0.9) or (ratio < 0.5 and share < 0.5)
+                    if bad:
+                        misses.append(f"{sampler} d={d} n={n} {name}")
+                    parts.append(f"{'**' if bad else ''}{cov:.0%} / {share:.0%} / {ratio:.2g}{'**' if bad else ''}")
+                print(f"| {sampler} | {d} | {n} | " + " | ".join(parts) + f" | {secs:.1f} |", flush=True)
+    print(f"\ncells missing a target (bold): {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 40)
