@@ -116,7 +116,7 @@ def _plain_mcse(values):
 
 
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
-            metacv=None, check_scores=True, progressbar=True, **options):
+            metacv=None, check_scores=True, return_results=False, progressbar=True, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
     Parameters
@@ -155,6 +155,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     check_scores : bool
         Check the scores against the draws first (see :func:`cv_estimate`): an error when they
         fail the Stein identities by far, ``se_reliable=False`` and a note when mildly.
+    return_results : bool
+        Also return a dict mapping each row label to its ``(CVResult, index)`` (hyperparameters,
+        held-out residuals and notes of the fit behind the row).
     progressbar : bool
         PyMC-style progress bar over the rows.
     **options
@@ -163,7 +166,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
 
     Returns
     -------
-    pandas.DataFrame
+    pandas.DataFrame, or (DataFrame, dict) with ``return_results=True``
         Index like ``az.summary`` (``theta[0]``); columns ``mean``, ``mcse_mean`` (plain MCMC, as
         ArviZ computes them), ``cv_mean``, ``cv_mcse``, ``variance_reduction`` ((mcse/cv mcse)^2 on
         held-out draws), ``method`` and ``se_reliable``.  ``table.attrs["cv_results"]`` maps each
@@ -188,13 +191,14 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     import pandas as pd
 
     idata = data
-    _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, check_scores, progressbar)
+    _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
+                     {"check_scores": check_scores, "return_results": return_results, "progressbar": progressbar})
     if not (UNCONSTRAINED in idata.groups() and SCORE in idata.groups()):
         if model is None:
             stacked_draws_and_scores(idata)  # raises, saying how to get the scores
         from .adapters.pymc import compute_scores
 
-        idata = compute_scores(idata, model, progressbar=progressbar)
+        idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar)
     X, S = stacked_draws_and_scores(idata)
     _check_draws_and_scores(X, S)
     n_chain, n_draw, d = X.shape
@@ -283,10 +287,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         table["se_reliable"] = False
     table.attrs["cv_results"] = results
     table.attrs["notes"] = flagged
-    return table
+    return (table, dict(results)) if return_results else table
 
 
-def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, check_scores, progressbar):
+def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, flags):
     """Every argument of the wrong type is an error naming it, before any work."""
     if not hasattr(idata, "groups") or "posterior" not in idata.groups():
         raise TypeError("`data` must be the InferenceData of a fitted model (with a 'posterior' group); got "
@@ -305,7 +309,7 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
                         f"{type(integrands).__name__}.")
     if metacv is not None and not isinstance(metacv, Mapping):
         raise TypeError(f"`metacv` must be a dict of MetaCV settings; got {type(metacv).__name__}.")
-    for name, flag in (("check_scores", check_scores), ("progressbar", progressbar)):
+    for name, flag in flags.items():
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"`{name}` must be True or False; got {flag!r}.")
     if tasks not in (None, "chain"):

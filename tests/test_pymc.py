@@ -185,3 +185,25 @@ def test_infinite_unconstrained_draw_is_reported():
     scored = pymc_cv.compute_scores(az.from_dict(posterior={"lam": draws}), model)
     with pytest.raises(ValueError, match="chain 0 draw 3"):
         pymc_cv.summary(scored, progressbar=False)
+
+
+def test_compute_scores_follows_pymc_conventions_and_keeps_dims():
+    with pm.Model(coords={"school": ["a", "b", "c"]}) as model:
+        mu = pm.Normal("mu", 0, 5, dims="school")
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("y", mu, s, observed=[1.0, 2.0, 3.0], dims="school")
+        idata = pm.sample(100, tune=100, chains=2, progressbar=False, random_seed=0,
+                          compute_convergence_checks=False)
+        kept = pymc_cv.compute_scores(idata, extend_inferencedata=False, progressbar=False)  # model from context
+        assert "score" not in idata.groups() and "score" in kept.groups()
+        out = pymc_cv.compute_scores(idata, progressbar=False)
+    assert out is idata and "score" in idata.groups()
+    assert idata.score["mu"].dims == ("chain", "draw", "school")
+    assert list(idata.score["mu"].coords["school"].values) == ["a", "b", "c"]
+    np.testing.assert_array_equal(kept.score["mu"].values, idata.score["mu"].values)
+    table, results = pymc_cv.summary(idata, return_results=True, progressbar=False)
+    assert list(table.index) == ["mu[a]", "mu[b]", "mu[c]", "s"]
+    res, j = results["mu[b]"]
+    frame = res.to_dataframe()
+    assert frame.loc[j, "estimate"] == pytest.approx(table.loc["mu[b]", "cv_mean"])
+    assert res.to_xarray()["se"].dims == ("integrand",)

@@ -11,10 +11,11 @@ constrained draws with the model's own transforms, vectorised the same way.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
-from ..groups import with_cv_groups
+from ..groups import SCORE, UNCONSTRAINED, with_cv_groups
 
 __all__ = ["compute_scores"]
 
@@ -124,14 +125,18 @@ def _flat(post, name, n):
     return arr.reshape((n,) + arr.shape[2:])
 
 
-def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
+def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=True, compile_kwargs=None):
     """Add the unconstrained draws and the scores of ``model`` at every posterior draw.
 
     Parameters
     ----------
     idata : arviz.InferenceData
         Output of ``pm.sample()`` (with a ``posterior`` group) for this model.
-    model : pymc.Model
+    model : pymc.Model, optional
+        Taken from the model context when not given (as ``pm.compute_log_likelihood``).
+    extend_inferencedata : bool
+        Add the two groups to ``idata`` in place and return it (PyMC's convention); False leaves
+        ``idata`` as it is and returns a new InferenceData with its groups and the two new ones.
     progressbar : bool
         Show PyMC's progress bar while draws are evaluated in chunks.
     compile_kwargs : dict, optional
@@ -141,8 +146,9 @@ def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
     Returns
     -------
     arviz.InferenceData
-        A new InferenceData with every group of ``idata`` plus ``unconstrained_posterior``
-        (value variables, e.g. ``sigma_log__``) and ``score`` (grad log p, Jacobian included).
+        ``idata`` (or a new InferenceData) with ``unconstrained_posterior`` (value variables,
+        e.g. ``sigma_log__``) and ``score`` (grad log p, Jacobian included), with the model's
+        dims and coords.  The compiled score function is cached per model.
 
     Examples
     --------
@@ -152,13 +158,16 @@ def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
     ...     y = pm.Normal("y", mu, 1, observed=np.array([0.5, 1.5]))
     ...     idata = pm.sample(100, tune=100, chains=2, progressbar=False, random_seed=0,
     ...                       compute_convergence_checks=False)
-    >>> idata = pymc_cv.compute_scores(idata, model)
+    >>> idata = pymc_cv.compute_scores(idata, model, progressbar=False)
     >>> sorted(g for g in idata.groups() if g in ("score", "unconstrained_posterior"))
     ['score', 'unconstrained_posterior']
     """
+    import pymc as pm
+
+    model = pm.modelcontext(model)
     _check_model(model)
     compile_kwargs = dict(compile_kwargs or {})
-    if "posterior" not in idata.groups():
+    if not hasattr(idata, "groups") or "posterior" not in idata.groups():
         raise ValueError("idata has no 'posterior' group; pass the InferenceData returned by pm.sample().")
     _check_same_data(idata, model)
     post = idata.posterior
@@ -191,7 +200,7 @@ def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
     else:
         fwd = _forward_transform_fn(model, compile_kwargs)
         constrained = [_flat(post, rv.name, n) for rv in model.free_RVs]
-    score_fn, batched = _score_fn(model, compile_kwargs)
+    score_fn, batched = _cached_score_fn(model, compile_kwargs)
     chunks = [slice(i, min(i + _CHUNK, n)) for i in range(0, n, _CHUNK)]
     out_v = [[] for _ in value_vars]
     out_s = [[] for _ in value_vars]
@@ -225,4 +234,38 @@ def compute_scores(idata, model, *, progressbar=False, compile_kwargs=None):
             "pymc_cv.summary will refuse them until they are removed or the model is fixed.",
             stacklevel=2,
         )
-    return with_cv_groups(idata, unconstrained, scores)
+    dims, coords = _dims_and_coords(model)
+    if not extend_inferencedata:
+        return with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
+    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
+    for group in (UNCONSTRAINED, SCORE):
+        if group in idata.groups():
+            delattr(idata, group)
+        idata.add_groups({group: new[group]})
+    return idata
+
+
+def _dims_and_coords(model):
+    """Dims of each value variable (those of its random variable) and the model's coords."""
+    dims = {}
+    for value in model.value_vars:
+        rv = model.values_to_rvs[value]
+        named = model.named_vars_to_dims.get(rv.name)
+        if named and all(dim is not None for dim in named):
+            dims[value.name] = list(named)
+    coords = {k: list(v) for k, v in model.coords.items() if v is not None and any(k in d for d in dims.values())}
+    return dims, coords
+
+
+# compiled batched score functions per model and compile options (compiling takes seconds,
+# a minute for a model with an ODE; a model is immutable in what the gradient graph depends on
+# except its shared data, which the compiled function reads at call time)
+_SCORE_FNS = weakref.WeakKeyDictionary()
+
+
+def _cached_score_fn(model, compile_kwargs):
+    key = repr(sorted(compile_kwargs.items()))
+    cache = _SCORE_FNS.setdefault(model, {})
+    if key not in cache:
+        cache[key] = _score_fn(model, compile_kwargs)
+    return cache[key]

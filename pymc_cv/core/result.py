@@ -58,6 +58,34 @@ class CVResult:
     values: list = field(default_factory=list, repr=False)
     heldout_residuals: list = field(default_factory=list, repr=False)
 
+    _FIELDS = ("estimate", "se", "mc_estimate", "mc_se", "variance_reduction", "method", "se_reliable", "khat")
+
+    def to_dataframe(self, labels=None):
+        """One row per integrand (task): estimate, se, mc_estimate, mc_se, variance_reduction,
+        method, se_reliable, khat; ``labels`` names the rows (default 0, 1, ...).
+
+        >>> import numpy as np, pymc_cv
+        >>> x = np.random.default_rng(0).normal(size=(100, 1))
+        >>> pymc_cv.cv_estimate(x[:, 0] ** 2, x, -x).to_dataframe(["x^2"]).loc["x^2", "method"]
+        'zv2'
+        """
+        import pandas as pd
+
+        cols = {k: np.atleast_1d(np.asarray(getattr(self, k))) for k in self._FIELDS}
+        k = cols["estimate"].size
+        index = list(range(k)) if labels is None else list(labels)
+        if len(index) != k:
+            raise ValueError(f"`labels` must name each of the {k} integrands; got {len(index)}.")
+        return pd.DataFrame(cols, index=index)
+
+    def to_xarray(self, labels=None, dim="integrand"):
+        """The same as an xarray Dataset with dimension ``dim`` (``labels`` as its coordinate)."""
+        import xarray as xr
+
+        df = self.to_dataframe(labels)
+        return xr.Dataset({c: (dim, df[c].to_numpy()) for c in df.columns}, coords={dim: list(df.index)},
+                          attrs={"notes": "\n".join(self.notes)})
+
     @property
     def helps(self):
         """Where the CV beat plain Monte Carlo on held-out draws."""

@@ -168,7 +168,7 @@ def _draws_of(idata, model, terms):
 
     post = idata.posterior
     if not all(v.name in post for v in model.value_vars):
-        idata = compute_scores(idata, model)
+        idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
         post = idata["unconstrained_posterior"]
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     vals = [np.asarray(post[v.name].transpose("chain", "draw", ...).values).reshape((n_chain * n_draw,)

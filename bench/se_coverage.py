@@ -14,7 +14,7 @@ Per cell: coverage among results flagged reliable (``se_reliable``), the share f
 reliable, and the median |CV error| / |MC error|.  Targets (issue 13): coverage >= 90% among
 reliable results in every cell, and at least half flagged reliable wherever CV beats MC by 2x.
 
-    python bench/coverage.py [reps=40]
+    python bench/se_coverage.py [reps=40]
 """
 
 from __future__ import annotations
