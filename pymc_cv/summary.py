@@ -329,13 +329,14 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
             notes.append(f"{n_div} divergent transition(s): the draws may be biased where the sampler could "
                          "not go, and control variates cannot remove that bias; every se is marked "
                          "unreliable. Reparameterise or raise target_accept.")
+    names = coordinate_labels(idata) if check_scores else None
     if check_scores and per_chain:  # every chain may have a target of its own
         for c in range(n_chain):
-            note = apply_stein_check(X[c], S[c], None, names=coordinate_labels(idata), where=f" in chain {c}")
+            note = apply_stein_check(X[c], S[c], None, names=names, where=f" in chain {c}")
             notes += [note] if note else []
     elif check_scores:
         chain = np.repeat(np.arange(n_chain), n_draw)
-        note = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=coordinate_labels(idata))
+        note = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=names)
         notes += [note] if note else []
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=3)

@@ -235,9 +235,9 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
             stacklevel=2,
         )
     dims, coords = _dims_and_coords(model)
-    if not extend_inferencedata:
-        return with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
     new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
+    if not extend_inferencedata:
+        return new
     for group in (UNCONSTRAINED, SCORE):
         if group in idata.groups():
             delattr(idata, group)

@@ -255,7 +255,8 @@ def cv_estimate(
                             poly_order=poly_order)
     chain = opts.pop("chain")
     opts.update(kernel=kernel)
-    score_note = apply_stein_check(X, S, chain) if check_scores else None
+    rep = repeated_draws(X)
+    score_note = apply_stein_check(X, S, chain, repeats=rep) if check_scores else None
     rng = np.random.default_rng(random_seed)
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
     Xs, Ss = std.transform(X, S)
@@ -272,7 +273,6 @@ def cv_estimate(
         zv_orders = [int(method[2])] if method.startswith("zv") else []
         kernel_names = [method] if method in ("cf", "secf") else []
     notes, candidates = [], []
-    rep = repeated_draws(X)
     if rep is not None:
         notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
                      "copies are held out together and are one point of a kernel fit.")
@@ -307,8 +307,7 @@ def cv_estimate(
     res = finalize(Y, chain, candidates, choose="best" if method == "auto" else "first",
                    fallback=method == "auto", notes=notes)
     if score_note:
-        res.notes.insert(0, score_note)
-        res.se_reliable[:] = False
+        res.mark_unreliable(score_note)
     if one_d:
         for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
                     "khat"):

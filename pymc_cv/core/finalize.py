@@ -7,8 +7,9 @@ Every estimator (``cv_estimate``, ``vvcv_estimate``, ``MetaCV.estimate``) produc
 
 - variance reduction: (MC se / se of the held-out residuals)^2, both with ArviZ's ESS;
 - se: the model se (kernel CVs, see ``uncertainty``; for MCMC draws at least the held-out
-  residuals' se) or the held-out se, at least the block-jackknife se, plus the cross-fit gap (how far the estimate moves when every draw
-  is judged by a fit that did not see it); never below floating-point round-off;
+  residuals' se) or the held-out se, at least the block-jackknife se, plus the cross-fit gap
+  (how far the estimate moves when every draw is judged by a fit that did not see it); never
+  below floating-point round-off;
 - se_reliable: False where the held-out residuals are heavy-tailed (Pareto k-hat > 0.7): often
   a fit that interpolates the draws, whose se then usually covers, but not always (exp(x/2),
   d = 2, n = 100: 7 of 30 missed, all with k-hat 0.68-1.5);
@@ -52,15 +53,23 @@ class Candidate:
     influence: np.ndarray | None = None
     labels: np.ndarray | None = None
 
+    def _fold_deltas(self, r):
+        """(fold index of each draw, per fold sum of influence * r): how far the estimate moves
+        when that fold is dropped.  The fold index is computed once per candidate (and labels)."""
+        cached = getattr(self, "_fold_index", None)
+        if cached is None or cached[0] is not self.labels:
+            cached = self._fold_index = (self.labels, np.unique(self.labels, return_inverse=True)[1])
+        inv = cached[1]
+        return inv, np.bincount(inv, weights=self.influence * r, minlength=inv.max() + 1)
+
     def jackknife_se(self, i):
         """Block-jackknife se of estimate i over the held-out folds (nan without influence)."""
         if self.influence is None or self.labels is None:
             return np.nan
-        _, inv = np.unique(self.labels, return_inverse=True)
-        K = inv.max() + 1
+        _, delta = self._fold_deltas(self.resid[:, i])
+        K = delta.size
         if K < 2:
             return np.nan
-        delta = np.bincount(inv, weights=self.influence * self.resid[:, i], minlength=K)
         return float(np.sqrt((K - 1) / K * np.sum((delta - delta.mean()) ** 2)))
 
     def crossfit_gap(self, i, r):
@@ -69,8 +78,7 @@ class Candidate:
         leans on the draws it saw (the tails it extrapolates to) shows it here."""
         if self.influence is None or self.labels is None:
             return 0.0
-        _, inv = np.unique(self.labels, return_inverse=True)
-        delta = np.bincount(inv, weights=self.influence * r)
+        inv, delta = self._fold_deltas(r)
         return float(abs(np.mean(r) - np.mean(delta[inv])))
 
     def index_of(self, j):

@@ -58,6 +58,12 @@ class CVResult:
     values: list = field(default_factory=list, repr=False)
     heldout_residuals: list = field(default_factory=list, repr=False)
 
+    def mark_unreliable(self, note, which=slice(None)):
+        """Put ``note`` first among the notes and set ``se_reliable`` False for ``which``
+        (all integrands by default): a finding about the inputs, not about one fit."""
+        self.notes.insert(0, note)
+        self.se_reliable[which] = False
+
     _FIELDS = ("estimate", "se", "mc_estimate", "mc_se", "variance_reduction", "method", "se_reliable", "khat")
 
     def to_dataframe(self, labels=None):

@@ -40,7 +40,7 @@ class ScoreMismatchError(ValueError):
 
 @dataclass
 class ScoreCheck:
-    """Result of :func:`check_scores`.
+    """Result of :func:`stein_check`.
 
     ``mean_score`` (d,): mean of s_i in units of sd(s_i) (should be 0); ``cross`` (d,): mean of
     (x_i - mean x_i) s_i (should be -1); ``z`` (2, d): their deviations over their MCSEs;
@@ -67,7 +67,7 @@ class ScoreCheck:
                        "not converged fail it too.")
 
 
-def stein_check(samples, scores, chain=None):
+def stein_check(samples, scores, chain=None, repeats="find"):
     """Compare the Stein identities E[s] = 0 and E[(x - Ex) s_i] = -1 with their MCSEs.
 
     Parameters
@@ -75,6 +75,9 @@ def stein_check(samples, scores, chain=None):
     samples, scores : arrays (n, d)
     chain : array (n,), optional
         Chain labels (draws in sampling order), for the ESS.
+    repeats : "find", None or tuple
+        For independent draws, ``heldout.repeated_draws(samples)`` if the caller has it (None:
+        no repeats); "find" computes it.
 
     Returns
     -------
@@ -87,7 +90,7 @@ def stein_check(samples, scores, chain=None):
     target = np.concatenate([np.zeros(d), -np.ones(d)])
     mean = g.mean(axis=0)
     if chain is None:  # independent draws, but a rejecting sampler's repeats are not
-        rep = repeated_draws(samples)
+        rep = repeated_draws(samples) if isinstance(repeats, str) else repeats
         ess = float(n) if rep is None else n ** 2 / float(np.sum(rep[3] ** 2))
     else:
         ess = effective_sample_sizes(g, chain)
@@ -106,10 +109,10 @@ def stein_check(samples, scores, chain=None):
     return ScoreCheck(mean[:d], mean[d:], z, threshold, level)
 
 
-def apply_stein_check(samples, scores, chain=None, *, names=None, where=""):
+def apply_stein_check(samples, scores, chain=None, *, names=None, where="", repeats="find"):
     """Run :func:`stein_check`; raise :class:`ScoreMismatchError` when gross, return the note for a
     mild failure (the caller marks its se unreliable), else None."""
-    chk = stein_check(samples, scores, chain)
+    chk = stein_check(samples, scores, chain, repeats)
     if chk.level == "gross":
         msg = chk.message(names, where)
         raise ScoreMismatchError(msg[0].upper() + msg[1:] + " Pass check_scores=False to skip this check.")

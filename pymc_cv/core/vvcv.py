@@ -213,8 +213,7 @@ def vvcv_estimate(
                      None if se_model is None else se_model * scales, info)
     res = finalize(ys, chains, [cand], choose="first", fallback=fallback, kind="task")
     for t, note in score_notes.items():
-        res.notes.insert(0, note)
-        res.se_reliable[slice(None) if shared else t] = False
+        res.mark_unreliable(note, slice(None) if shared else t)
     res.B = Bused
     res.hyperparameters = [hyper]
     return res

@@ -318,8 +318,8 @@ class MetaCV:
             res.notes.append(f"{int(small.sum())} task(s) have fewer than 40 draws: their se comes from a few "
                              "held-out residuals and is itself rough.")
             res.se_reliable = res.se_reliable & ~small
-        res.notes[:0] = score_notes
-        res.se_reliable[flagged] = False
+        for note in score_notes[::-1]:
+            res.mark_unreliable(note, flagged)
         res.hyperparameters = [cand.info]
         if one:
             for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
