@@ -1,9 +1,12 @@
 """pymc-cv: Stein control variates for PyMC and Stan posterior draws."""
 
+from .accessor import register as _register_accessor
 from .core import CVResult, cv_estimate, vvcv_estimate
 from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws, ti_from_pystan
 from .metacv import MetaCV
 from .summary import summary
+
+_register_accessor()  # idata.cv on ArviZ 1's DataTree
 
 
 # The adapters import PyMC or PyStan, which take seconds; they load on first use (PEP 562),

@@ -6,12 +6,15 @@
   same variables and shapes.
 
 PyMC's ``compute_scores`` and the Stan converters both write these two groups, so everything
-downstream works for either.  Only ``InferenceData`` methods used by ArviZ 0.2x are touched.
+downstream works for either.  Groups are read and written through :mod:`pymc_cv.compat`, so
+an ArviZ 0.x ``InferenceData`` and an ArviZ 1 ``DataTree`` both work and come back as they were.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from . import compat
 
 __all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels"]
 
@@ -19,17 +22,14 @@ UNCONSTRAINED = "unconstrained_posterior"
 SCORE = "score"
 
 
-def with_cv_groups(idata, unconstrained, scores, dims=None, coords=None):
-    """A new InferenceData: every group of ``idata`` plus the two CV groups (no data copied)."""
-    import arviz as az
-
-    new = az.InferenceData(**{g: idata[g] for g in idata.groups() if g not in (UNCONSTRAINED, SCORE)})
-    post = idata.posterior
+def with_cv_groups(idata, unconstrained, scores, dims=None, coords=None, attrs=None):
+    """A new InferenceData / DataTree: every group of ``idata`` plus the two CV groups (no data copied)."""
+    post = compat.group(idata, "posterior")
     coords = {"chain": post.chain.values, "draw": post.draw.values, **(coords or {})}
-    for name, data in ((UNCONSTRAINED, unconstrained), (SCORE, scores)):
-        ds = az.dict_to_dataset(data, coords=coords, dims=dims, library=None, attrs={"created_by": "pymc_cv"})
-        new.add_groups({name: ds})
-    return new
+    attrs = {"created_by": "pymc_cv", **(attrs or {})}
+    new = {name: compat.dict_to_dataset(data, coords=coords, dims=dims, attrs=dict(attrs))
+           for name, data in ((UNCONSTRAINED, unconstrained), (SCORE, scores))}
+    return compat.with_groups(idata, new)
 
 
 def stacked_draws_and_scores(idata):
@@ -38,12 +38,12 @@ def stacked_draws_and_scores(idata):
     Raises ``ValueError`` naming what is missing and how to get it.
     """
     for group in (UNCONSTRAINED, SCORE):
-        if group not in idata.groups():
+        if group not in compat.group_names(idata):
             raise ValueError(
                 f"idata has no '{group}' group. Call pymc_cv.compute_scores(idata, model) for a PyMC "
                 "fit, or pymc_cv.from_cmdstanpy / from_pystan for a Stan fit (or pass model= to summary)."
             )
-    unc, sco = idata[UNCONSTRAINED], idata[SCORE]
+    unc, sco = compat.group(idata, UNCONSTRAINED), compat.group(idata, SCORE)
     names = list(unc.data_vars)
     if sorted(names) != sorted(sco.data_vars):
         raise ValueError(
@@ -65,7 +65,7 @@ def stacked_draws_and_scores(idata):
 
 def coordinate_labels(idata):
     """One label per column of :func:`stacked_draws_and_scores` (``sigma_log__``, ``theta[3]``)."""
-    unc = idata[UNCONSTRAINED]
+    unc = compat.group(idata, UNCONSTRAINED)
     labels = []
     for name in unc.data_vars:
         shape = unc[name].transpose("chain", "draw", ...).shape[2:]

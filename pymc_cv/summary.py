@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from . import compat
 from .core import cv_estimate, vvcv_estimate
 from .core.score_check import apply_stein_check
 from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
@@ -33,8 +34,9 @@ def _check_draws_and_scores(X, S):
     if bad.any():
         chains, draws = np.nonzero(bad)
         where = ", ".join(f"chain {c} draw {d}" for c, d in list(zip(chains, draws))[:5])
+        where += ", ..." if bad.sum() > 5 else ""
         raise ValueError(
-            f"The unconstrained draws or their scores are NaN or inf at {bad.sum()} draw(s) ({where}{', ...' if bad.sum() > 5 else ''}); "
+            f"The unconstrained draws or their scores are NaN or inf at {bad.sum()} draw(s) ({where}); "
             "these are usually divergent transitions. They are not averaged in or dropped silently: "
             "fix the model (e.g. reparameterise, raise target_accept) or remove those draws "
             "from every group yourself before calling summary."
@@ -42,13 +44,11 @@ def _check_draws_and_scores(X, S):
 
 
 def _variable_rows(idata, var_names):
-    from arviz.labels import BaseLabeller
-    from arviz.sel_utils import xarray_var_iter
-
-    post = idata.posterior
+    post = compat.group(idata, "posterior")
     # value variables of transformed RVs (sigma_log__) that include_transformed=True puts in the
     # posterior; an untransformed RV has the same name in both groups and is a row
-    internal = {v for v in idata[UNCONSTRAINED].data_vars if v.endswith("__")} if UNCONSTRAINED in idata.groups() else set()
+    internal = ({v for v in compat.group(idata, UNCONSTRAINED).data_vars if v.endswith("__")}
+                if UNCONSTRAINED in compat.group_names(idata) else set())
     available = [v for v in post.data_vars if v not in internal]
     if var_names is None:
         var_names = available
@@ -57,17 +57,16 @@ def _variable_rows(idata, var_names):
     missing = [v for v in var_names if v not in post.data_vars]
     if missing:
         raise ValueError(f"var_names {missing} are not in the posterior; it holds {available}.")
-    labeller = BaseLabeller()
+    labeller = compat.labeller()
     rows = []
-    for name, sel, isel, values in xarray_var_iter(post[list(var_names)], combined=False,
-                                                   skip_dims={"chain", "draw"}):
+    for name, sel, isel, values in compat.var_iter(post, var_names):
         rows.append((labeller.make_label_flat(name, sel, isel), np.asarray(values, dtype=float)))
     return rows
 
 
 def _integrand_rows(idata, integrands, n_chain, n_draw):
     """Scalar rows and task groups from callables of the constrained posterior variables."""
-    post = idata.posterior
+    post = compat.group(idata, "posterior")
     scalar, groups = [], []
     for name, fn in integrands.items():
         if not callable(fn):
@@ -110,9 +109,7 @@ def _record(label, values, res, t=0, results=None):
 
 
 def _plain_mcse(values):
-    import arviz as az
-
-    return float(np.ravel(az.mcse(values, method="mean"))[0]) if values.shape[1] >= 4 else np.nan
+    return compat.mcse_mean(values) if values.shape[1] >= 4 else np.nan
 
 
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
@@ -193,90 +190,22 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     idata = data
     _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
                      {"check_scores": check_scores, "return_results": return_results, "progressbar": progressbar})
-    if not (UNCONSTRAINED in idata.groups() and SCORE in idata.groups()):
-        if model is None:
-            stacked_draws_and_scores(idata)  # raises, saying how to get the scores
-        from .adapters.pymc import compute_scores
-
-        idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar)
+    idata = _with_scores(idata, model, progressbar)
     X, S = stacked_draws_and_scores(idata)
     _check_draws_and_scores(X, S)
-    n_chain, n_draw, d = X.shape
     cv_opts, vv_opts = _split_options(options)
     cv_opts["check_scores"] = vv_opts["check_scores"] = False  # checked once, here, with names
     flagged = _run_wide_checks(idata, X, S, check_scores, per_chain=tasks == "chain")
-
-    rows = _variable_rows(idata, var_names) if (var_names is not None or integrands is None) else []
-    groups = []
-    if integrands is not None:
-        scalar, groups = _integrand_rows(idata, integrands, n_chain, n_draw)
-        rows += scalar
+    rows, groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
     every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
-    for label, values in every_row:
-        if not np.all(np.isfinite(values)):
-            raise ValueError(f"'{label}' is NaN or inf at some draws; an expectation needs finite values.")
-
-    n = n_chain * n_draw
-    Xf, Sf = X.reshape(n, d), S.reshape(n, d)
-    chain = np.repeat(np.arange(n_chain), n_draw)
-    scalar_method = "auto" if method in ("vvcv", "metacv") else method
-    results = _ResultsByRow()
-
-    def together(labels, vals):
-        # every row shares the draws and scores: one estimator call fits them all at once
-        res = cv_estimate(np.column_stack([v.reshape(n) for v in vals]), Xf, Sf, method=scalar_method,
-                          chain=chain, **cv_opts)
-        return [_record(label, v, res, j, results) for j, (label, v) in enumerate(zip(labels, vals))]
-
-    def jointly(labels, vals):
-        res = vvcv_estimate([v.reshape(n) for v in vals], [Xf] * len(vals), [Sf] * len(vals), B=B,
-                            chain=[chain] * len(vals), **vv_opts)
-        return [_record(label, v, res, t, results) for t, (label, v) in enumerate(zip(labels, vals))]
-
-    def per_chain(label, values):
-        res = vvcv_estimate([values[c] for c in range(n_chain)], [X[c] for c in range(n_chain)],
-                            [S[c] for c in range(n_chain)], B=B, chain=[np.zeros(n_draw, dtype=int)] * n_chain,
-                            **vv_opts)
-        return [_record(f"{label} (chain {c})", values[c], res, c, results) for c in range(n_chain)]
-
-    def meta(labels, vals):
-        if len(vals) < 4:
-            raise ValueError(f"method='metacv' needs at least 4 tasks in a group; '{labels[0]}' has {len(vals)}. "
-                             "Use 'vvcv' for a few tasks.")
-        from .metacv import MetaCV
-
-        # few draws per meta-task keep meta-training quick; every draw is still averaged in estimate
-        settings = {"progressbar": False, "random_seed": options.get("random_seed", 0), "meta_iterations": 1000,
-                    "support_size": min(n // 2, 50), **(metacv or {})}
-        ys = [v.reshape(n) for v in vals]
-        halves = np.arange(len(vals)) % 2  # interleaved, so neighbouring tasks fall in both halves
-        out = [None] * len(vals)
-        for h in (0, 1):
-            train = [(ys[t], Xf, Sf) for t in np.flatnonzero(halves != h)]
-            test = np.flatnonzero(halves == h)
-            res = MetaCV(**settings).meta_fit(train).estimate([ys[t] for t in test], [Xf] * test.size,
-                                                              [Sf] * test.size, chain=[chain] * test.size,
-                                                              check_scores=False)
-            for j, t in enumerate(test):
-                out[t] = _record(labels[t], vals[t], res, j, results)
-        return out
-
-    if tasks == "chain":
-        units = [([label], [values], "per_chain") for label, values in every_row]
-    else:
-        joint = {"metacv": "meta", "vvcv": "jointly"}.get(method)
-        alone = [(labels, vals) for labels, vals in groups if joint is None or len(vals) == 1]
-        units = [([lab for lab, _ in rows] + [lab for labels, _ in alone for lab in labels],
-                  [v for _, v in rows] + [v for _, vals in alone for v in vals], "together")]
-        units += [(labels, vals, joint) for labels, vals in groups if joint is not None and len(vals) > 1]
-    run = {"per_chain": lambda labels, vals: per_chain(labels[0], vals[0]), "together": together,
-           "jointly": jointly, "meta": meta}
+    fitter = _RowFitter(X, S, cv_opts, vv_opts, B, metacv, options.get("random_seed", 0))
+    units = _units(tasks, method, rows, groups, every_row)
     records = []
     with progress_bar(progressbar) as bar:
         task_id = bar.add_task("Control variates", completed=0, total=max(sum(len(u[0]) for u in units), 1))
         for labels, vals, how in units:
             if labels:
-                records += run[how](labels, vals)
+                records += fitter.run(how, labels, vals, method)
             bar.advance(task_id, len(vals))
     if tasks != "chain":
         order = {label: i for i, (label, _) in enumerate(every_row)}
@@ -285,15 +214,111 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     table.index.name = None
     if flagged:
         table["se_reliable"] = False
-    table.attrs["cv_results"] = results
+    table.attrs["cv_results"] = fitter.results
     table.attrs["notes"] = flagged
-    return (table, dict(results)) if return_results else table
+    return (table, dict(fitter.results)) if return_results else table
+
+
+def _with_scores(idata, model, progressbar):
+    """``idata`` itself when it holds the scores, else a new one with them (``model`` needed)."""
+    if {UNCONSTRAINED, SCORE} <= set(compat.group_names(idata)):
+        return idata
+    if model is None:
+        stacked_draws_and_scores(idata)  # raises, saying how to get the scores
+    from .adapters.pymc import compute_scores
+
+    return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar)
+
+
+def _collect_rows(idata, var_names, integrands, n_chain, n_draw):
+    """Scalar rows [(label, values (chain, draw))] and task groups [(labels, [values])], all finite."""
+    rows = _variable_rows(idata, var_names) if (var_names is not None or integrands is None) else []
+    groups = []
+    if integrands is not None:
+        scalar, groups = _integrand_rows(idata, integrands, n_chain, n_draw)
+        rows += scalar
+    for label, values in rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]:
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"'{label}' is NaN or inf at some draws; an expectation needs finite values.")
+    return rows, groups
+
+
+def _units(tasks, method, rows, groups, every_row):
+    """Units of work (labels, values, how): every scalar row in one fit, each task group jointly."""
+    if tasks == "chain":
+        return [([label], [values], "per_chain") for label, values in every_row]
+    joint = {"metacv": "meta", "vvcv": "jointly"}.get(method)
+    alone = [(labels, vals) for labels, vals in groups if joint is None or len(vals) == 1]
+    units = [([lab for lab, _ in rows] + [lab for labels, _ in alone for lab in labels],
+              [v for _, v in rows] + [v for _, vals in alone for v in vals], "together")]
+    return units + [(labels, vals, joint) for labels, vals in groups if joint is not None and len(vals) > 1]
+
+
+class _RowFitter:
+    """Fits units of rows on one posterior's draws and scores, filing each result by row label."""
+
+    def __init__(self, X, S, cv_opts, vv_opts, B, metacv, random_seed):
+        self.X, self.S = X, S
+        n_chain, n_draw, d = X.shape
+        self.n = n_chain * n_draw
+        self.Xf, self.Sf = X.reshape(self.n, d), S.reshape(self.n, d)
+        self.chain = np.repeat(np.arange(n_chain), n_draw)
+        self.cv_opts, self.vv_opts, self.B, self.metacv, self.seed = cv_opts, vv_opts, B, metacv, random_seed
+        self.results = _ResultsByRow()
+
+    def run(self, how, labels, vals, method):
+        if how == "per_chain":
+            return self.per_chain(labels[0], vals[0])
+        if how == "together":
+            return self.together(labels, vals, "auto" if method in ("vvcv", "metacv") else method)
+        return self.jointly(labels, vals) if how == "jointly" else self.meta(labels, vals)
+
+    def together(self, labels, vals, method):
+        # every row shares the draws and scores: one estimator call fits them all at once
+        res = cv_estimate(np.column_stack([v.reshape(self.n) for v in vals]), self.Xf, self.Sf, method=method,
+                          chain=self.chain, **self.cv_opts)
+        return [_record(label, v, res, j, self.results) for j, (label, v) in enumerate(zip(labels, vals))]
+
+    def jointly(self, labels, vals):
+        T = len(vals)
+        res = vvcv_estimate([v.reshape(self.n) for v in vals], [self.Xf] * T, [self.Sf] * T, B=self.B,
+                            chain=[self.chain] * T, **self.vv_opts)
+        return [_record(label, v, res, t, self.results) for t, (label, v) in enumerate(zip(labels, vals))]
+
+    def per_chain(self, label, values):
+        n_chain, n_draw = self.X.shape[:2]
+        res = vvcv_estimate([values[c] for c in range(n_chain)], list(self.X), list(self.S), B=self.B,
+                            chain=[np.zeros(n_draw, dtype=int)] * n_chain, **self.vv_opts)
+        return [_record(f"{label} (chain {c})", values[c], res, c, self.results) for c in range(n_chain)]
+
+    def meta(self, labels, vals):
+        if len(vals) < 4:
+            raise ValueError(f"method='metacv' needs at least 4 tasks in a group; '{labels[0]}' has {len(vals)}. "
+                             "Use 'vvcv' for a few tasks.")
+        from .metacv import MetaCV
+
+        # few draws per meta-task keep meta-training quick; every draw is still averaged in estimate
+        settings = {"progressbar": False, "random_seed": self.seed, "meta_iterations": 1000,
+                    "support_size": min(self.n // 2, 50), **(self.metacv or {})}
+        ys = [v.reshape(self.n) for v in vals]
+        halves = np.arange(len(vals)) % 2  # interleaved, so neighbouring tasks fall in both halves
+        out = [None] * len(vals)
+        for h in (0, 1):
+            train = [(ys[t], self.Xf, self.Sf) for t in np.flatnonzero(halves != h)]
+            test = np.flatnonzero(halves == h)
+            k = test.size
+            res = MetaCV(**settings).meta_fit(train).estimate([ys[t] for t in test], [self.Xf] * k, [self.Sf] * k,
+                                                              chain=[self.chain] * k, check_scores=False)
+            for j, t in enumerate(test):
+                out[t] = _record(labels[t], vals[t], res, j, self.results)
+        return out
 
 
 def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, flags):
     """Every argument of the wrong type is an error naming it, before any work."""
-    if not hasattr(idata, "groups") or "posterior" not in idata.groups():
-        raise TypeError("`data` must be the InferenceData of a fitted model (with a 'posterior' group); got "
+    if not compat.is_inference_data(idata) or "posterior" not in compat.group_names(idata):
+        raise TypeError("`data` must be the InferenceData (DataTree on ArviZ 1) of a fitted model, with a "
+                        "'posterior' group; got "
                         f"{type(idata).__name__}.")
     names = [var_names] if isinstance(var_names, str) else var_names
     if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(v, str) for v in names)):
@@ -323,8 +348,9 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
     (an error when grossly violated).  Each is also a warning; a non-empty list flags every row."""
     notes = []
     n_chain, n_draw, d = X.shape
-    if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
-        n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
+    stats = compat.group(idata, "sample_stats") if "sample_stats" in compat.group_names(idata) else {}
+    if "diverging" in stats:
+        n_div = int(np.asarray(stats["diverging"]).sum())
         if n_div:
             notes.append(f"{n_div} divergent transition(s): the draws may be biased where the sampler could "
                          "not go, and control variates cannot remove that bias; every se is marked "

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import pymc_cv
+from pymc_cv.compat import group, with_groups
 from pymc_cv.core.heldout import fold_labels, repeated_draws
 from pymc_cv.core.score_check import ScoreMismatchError, stein_check
 from pymc_cv.evidence import power_ladder
@@ -153,7 +154,7 @@ def test_scores_from_other_data_than_the_draws_are_refused(regression):
         pm.set_data({"x": 1.3 * x})
     try:
         bare = idata.copy()
-        del bare.constant_data
+        del bare["constant_data"]
         with pytest.raises(ScoreMismatchError, match="b: mean score"):
             pymc_cv.summary(pymc_cv.compute_scores(bare, model), progressbar=False)
     finally:
@@ -179,10 +180,11 @@ def test_summary_rejects_arguments_of_the_wrong_type(regression):
 
 def test_divergent_transitions_flag_every_row(regression):
     model, idata, _ = regression
-    bad = idata.copy()
-    div = np.zeros_like(bad.sample_stats["diverging"].values)
+    stats = group(idata, "sample_stats").copy()
+    div = np.zeros_like(stats["diverging"].values)
     div[0, :31] = True
-    bad.sample_stats["diverging"] = (("chain", "draw"), div)
+    stats["diverging"] = (("chain", "draw"), div)
+    bad = with_groups(idata, {"sample_stats": stats})
     with pytest.warns(UserWarning, match="31 divergent transition"):
         table = pymc_cv.summary(bad, model=model, progressbar=False)
     assert not table["se_reliable"].any()

@@ -1,11 +1,11 @@
 """The held-out fits behind plots.plot_cv_fit, and the plots' argument checks."""
 
-import arviz as az
 import matplotlib
 import numpy as np
 import pytest
 
 import pymc_cv
+from pymc_cv.compat import from_dict
 from pymc_cv.groups import with_cv_groups
 from pymc_cv.plots import plot_cv_fit
 
@@ -46,7 +46,7 @@ def test_vvcv_keeps_one_heldout_fit_per_task_with_its_own_draws():
 def test_summary_table_rows_lead_to_their_results():
     rng = np.random.default_rng(6)
     draws = rng.normal(size=(2, 100))
-    idata = with_cv_groups(az.from_dict(posterior={"mu": draws}), {"mu": draws}, {"mu": -draws})
+    idata = with_cv_groups(from_dict({"posterior": {"mu": draws}}), {"mu": draws}, {"mu": -draws})
     table = pymc_cv.summary(idata, integrands={"sq": lambda p: np.asarray(p["mu"]) ** 2}, method="zv2",
                             progressbar=False)
     res, i = table.attrs["cv_results"]["sq"]

@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 
+from .. import compat
 from ..groups import SCORE, UNCONSTRAINED, with_cv_groups
 
 __all__ = ["compute_scores"]
@@ -49,15 +50,16 @@ def _check_same_data(idata, model):
     with other data (``pm.set_data`` after sampling, another dataset) belong to another posterior."""
     differ = []
     for group in ("observed_data", "constant_data"):
-        if group not in idata.groups():
+        if group not in compat.group_names(idata):
             continue
-        for name in idata[group].data_vars:
+        stored = compat.group(idata, group)
+        for name in stored.data_vars:
             if name not in model.named_vars:
                 continue
             var = model.named_vars[name]
             var = model.rvs_to_values.get(var, var)  # an observed RV: its data
             now = _current_value(var)
-            then = np.asarray(idata[group][name].values)
+            then = np.asarray(stored[name].values)
             if now is None:
                 continue
             # ArviZ stores a scalar observation with shape (1,): compare the values, not the shapes
@@ -120,6 +122,27 @@ def _score_fn(model, compile_kwargs):
         return model.compile_dlogp(jacobian=True, **compile_kwargs), False
 
 
+def _check_draws_match(post, model, shapes):
+    """Every variable the scores need is in the posterior with the model's shape.  True when the
+    posterior holds the value variables themselves (``include_transformed=True``)."""
+    have_values = all(v.name in post for v in model.value_vars)
+    if not have_values:
+        missing = [rv.name for rv in model.free_RVs if rv.name not in post]
+        if missing:
+            raise ValueError(
+                f"The posterior has no draws of {missing}; was idata sampled from this model? "
+                f"It holds {sorted(post.data_vars)}."
+            )
+    for var in model.value_vars if have_values else model.free_RVs:
+        got = tuple(post[var.name].shape[2:])
+        if got != tuple(shapes[var.name]):
+            raise ValueError(
+                f"Draws of '{var.name}' have shape {got} per draw but the model's '{var.name}' has "
+                f"shape {tuple(shapes[var.name])}; idata and model do not match."
+            )
+    return have_values
+
+
 def _flat(post, name, n):
     arr = np.asarray(post[name].transpose("chain", "draw", ...).values)
     return arr.reshape((n,) + arr.shape[2:])
@@ -159,7 +182,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     ...     idata = pm.sample(100, tune=100, chains=2, progressbar=False, random_seed=0,
     ...                       compute_convergence_checks=False)
     >>> idata = pymc_cv.compute_scores(idata, model, progressbar=False)
-    >>> sorted(g for g in idata.groups() if g in ("score", "unconstrained_posterior"))
+    >>> sorted(g for g in pymc_cv.compat.group_names(idata) if g in ("score", "unconstrained_posterior"))
     ['score', 'unconstrained_posterior']
     """
     import pymc as pm
@@ -167,30 +190,16 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     model = pm.modelcontext(model)
     _check_model(model)
     compile_kwargs = dict(compile_kwargs or {})
-    if not hasattr(idata, "groups") or "posterior" not in idata.groups():
-        raise ValueError("idata has no 'posterior' group; pass the InferenceData returned by pm.sample().")
+    if not compat.is_inference_data(idata) or "posterior" not in compat.group_names(idata):
+        raise ValueError("idata has no 'posterior' group; pass the InferenceData (DataTree on ArviZ 1) returned "
+                         "by pm.sample().")
     _check_same_data(idata, model)
-    post = idata.posterior
+    post = compat.group(idata, "posterior")
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     n = n_chain * n_draw
     shapes = model.eval_rv_shapes()
     value_vars = model.value_vars
-    have_values = all(v.name in post for v in value_vars)
-    if not have_values:
-        missing = [rv.name for rv in model.free_RVs if rv.name not in post]
-        if missing:
-            raise ValueError(
-                f"The posterior has no draws of {missing}; was idata sampled from this model? "
-                f"It holds {sorted(post.data_vars)}."
-            )
-    check = value_vars if have_values else model.free_RVs
-    for var in check:
-        got = tuple(post[var.name].shape[2:])
-        if got != tuple(shapes[var.name]):
-            raise ValueError(
-                f"Draws of '{var.name}' have shape {got} per draw but the model's '{var.name}' has "
-                f"shape {tuple(shapes[var.name])}; idata and model do not match."
-            )
+    have_values = _check_draws_match(post, model, shapes)
 
     from ..progress import progress_bar
 
@@ -238,11 +247,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
     if not extend_inferencedata:
         return new
-    for group in (UNCONSTRAINED, SCORE):
-        if group in idata.groups():
-            delattr(idata, group)
-        idata.add_groups({group: new[group]})
-    return idata
+    return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
 
 
 def _dims_and_coords(model):

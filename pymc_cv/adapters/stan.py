@@ -21,6 +21,7 @@ import sys
 
 import numpy as np
 
+from .. import compat
 from ..groups import with_cv_groups
 
 __all__ = ["from_pystan", "from_cmdstanpy", "PowerPosteriorTerms"]
@@ -132,9 +133,8 @@ def _build(stan, program_code, data):
 
 def _finish(idata, X, G, backend):
     dims = {UNCONSTRAINED_NAME: ["unconstrained_dim"]}
-    new = with_cv_groups(idata, {UNCONSTRAINED_NAME: X}, {UNCONSTRAINED_NAME: G}, dims=dims)
-    for group in ("unconstrained_posterior", "score"):
-        new[group].attrs["score_backend"] = backend
+    new = with_cv_groups(idata, {UNCONSTRAINED_NAME: X}, {UNCONSTRAINED_NAME: G}, dims=dims,
+                         attrs={"score_backend": backend})
     _log.info("pymc_cv: Stan scores computed with %s", backend)
     return new
 
@@ -150,7 +150,8 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
         The model returned by ``stan.build(program_code, data=...)``.
     progressbar : bool
     **arviz_kwargs
-        Passed to ``arviz.from_pystan`` (e.g. ``log_likelihood``, ``coords``, ``dims``).
+        Passed to ``arviz.from_pystan`` on ArviZ 0.x (e.g. ``log_likelihood``, ``coords``, ``dims``);
+        ArviZ 1 has no PyStan converter, and there only ``coords`` and ``dims`` apply.
 
     Returns
     -------
@@ -177,12 +178,10 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
     >>> bool(abs(table.loc["mu", "cv_mean"] - 1.0 / 3.25) < 1e-8)
     True
     """
-    import arviz as az
-
     _import_stan()
-    idata = az.from_pystan(posterior=fit, posterior_model=posterior, **arviz_kwargs)
+    idata = compat.pystan_posterior(fit, posterior, **arviz_kwargs)
     density = _StanDensity(posterior)
-    X, G = _scores(density, idata.posterior, progressbar)
+    X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
     return _finish(idata, X, G, density.backend)
 
 
@@ -256,13 +255,11 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     >>> idata.score.attrs["score_backend"]                                         # doctest: +SKIP
     "pystan (httpstan extension module); CmdStan's log_prob not used"
     """
-    import arviz as az
-
     stan = _import_stan()
     code, data = _program_and_data(model, data)
-    idata = az.from_cmdstanpy(posterior=fit, **arviz_kwargs)
+    idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
     density = _StanDensity(_build(stan, code, data))
-    X, G = _scores(density, idata.posterior, progressbar)
+    X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
 
 
@@ -287,9 +284,7 @@ class PowerPosteriorTerms:
     def __call__(self, fit):
         """loglik (n,), samples (n, k), grad_loglik (n, k), grad_logprior (n, k), chain (n,) of one fit,
         draws chain after chain, on Stan's unconstrained space."""
-        import arviz as az
-
-        post = az.from_pystan(posterior=fit).posterior
+        post = compat.group(compat.pystan_posterior(fit), "posterior")
         X, g1 = (a.reshape(-1, a.shape[-1]) for a in _scores(self.hot, post, False))
         g0 = np.array([self.cold.grad(x) for x in X])
         ll = np.array([self.hot.log_prob(x) - self.cold.log_prob(x) for x in X])

@@ -1,15 +1,15 @@
 """Monte Carlo standard errors of means of draws and of held-out CV residuals.
 
-The effective sample size comes from ArviZ (``az.ess``, method "mean", as
-``az.summary`` uses for ``mcse_mean``); nothing here re-implements it.
-The tail diagnostic is ArviZ's Pareto k-hat from PSIS.
+The effective sample size comes from ArviZ (ESS method "mean", as ``az.summary`` uses for
+``mcse_mean``); nothing here re-implements it.  The tail diagnostic is ArviZ's Pareto k-hat
+from PSIS.  Both are reached through :mod:`pymc_cv.compat` (ArviZ 0.x or 1.x).
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
+
+from ..compat import ess_mean, psis_khat
 
 __all__ = ["effective_sample_size", "effective_sample_sizes", "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
 
@@ -30,16 +30,12 @@ def effective_sample_size(x, chain=None):
     n = x.shape[0]
     if chain is None:
         return float(n)
-    import arviz as az
-
     parts = _by_chain(x, chain)
     lengths = {p.size for p in parts}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if len(lengths) == 1 and min(lengths) >= 4:
-            ess = float(az.ess(np.stack(parts), method="mean"))
-        else:  # ragged chains: sum of per-chain ESS
-            ess = float(sum(az.ess(p[None, :], method="mean") if p.size >= 4 else p.size for p in parts))
+    if len(lengths) == 1 and min(lengths) >= 4:
+        ess = float(ess_mean(np.stack(parts)))
+    else:  # ragged chains: sum of per-chain ESS
+        ess = float(sum(ess_mean(p[None, :]) if p.size >= 4 else p.size for p in parts))
     if not np.isfinite(ess):  # constant residuals
         ess = float(n)
     return float(np.clip(ess, 1.0, n))
@@ -50,14 +46,10 @@ def effective_sample_sizes(X, chain=None):
     n, m = X.shape
     if chain is None:
         return np.full(m, float(n))
-    import arviz as az
-
     parts = _by_chain(X, chain)
     if len({p.shape[0] for p in parts}) != 1 or parts[0].shape[0] < 4:
         return np.array([effective_sample_size(X[:, j], chain) for j in range(m)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ess = az.ess(az.convert_to_dataset(np.stack(parts)), method="mean")["x"].values
+    ess = ess_mean(np.moveaxis(np.stack(parts), 2, 0))  # (m, chain, draw)
     ess = np.where(np.isfinite(ess), ess, n)
     return np.clip(ess, 1.0, n)
 
@@ -70,13 +62,10 @@ def mcse_mean(x, chain=None):
 
 
 def tail_khat(resid):
-    """Pareto k-hat of the squared residuals (ArviZ's PSIS fit); nan when too few or all zero."""
+    """Pareto k-hat of the squared residuals (ArviZ's PSIS fit); nan when too few (< 25) or all zero."""
     r2 = np.asarray(resid, dtype=float) ** 2
-    if r2.size < 20 or not np.any(r2 > 0):
+    # below 25 draws the PSIS tail (min(n / 5, 3 sqrt(n))) has fewer than the 5 points a
+    # Pareto fit needs (ArviZ 0.x then says k = inf, arviz-stats raises): no judgement
+    if r2.size < 25 or not np.any(r2 > 0):
         return np.nan
-    import arviz as az
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _, khat = az.psislw(np.log(np.maximum(r2, np.max(r2) * 1e-300)))
-    return float(khat)
+    return psis_khat(np.log(np.maximum(r2, np.max(r2) * 1e-300)))

@@ -79,9 +79,7 @@ _RHAT_MAX = 1.05
 
 def _rung_rhat(loglik, chain):
     """ArviZ's rank-normalised split R-hat of log p(y|x) per rung (nan where not computable)."""
-    import warnings
-
-    import arviz as az
+    from ..compat import rhat
 
     out = np.full(len(loglik), np.nan)
     for i, ll in enumerate(loglik):
@@ -91,10 +89,7 @@ def _rung_rhat(loglik, chain):
         labels, counts = np.unique(c, return_counts=True)
         if labels.size < 2 or np.unique(counts).size != 1 or counts[0] < 8:
             continue
-        arr = np.stack([np.asarray(ll, dtype=float)[np.asarray(c) == lab] for lab in labels])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out[i] = float(az.rhat(arr))
+        out[i] = rhat(np.stack([np.asarray(ll, dtype=float)[np.asarray(c) == lab] for lab in labels]))
     return out
 
 
@@ -164,12 +159,13 @@ def _rung_seeds(random_seed, w):
 
 def _draws_of(idata, model, terms):
     """(loglik, samples, grad_loglik, grad_logprior, chain) of one rung's InferenceData."""
+    from .. import compat
     from ..adapters.pymc import compute_scores
 
-    post = idata.posterior
+    post = compat.group(idata, "posterior")
     if not all(v.name in post for v in model.value_vars):
         idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
-        post = idata["unconstrained_posterior"]
+        post = compat.group(idata, "unconstrained_posterior")
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     vals = [np.asarray(post[v.name].transpose("chain", "draw", ...).values).reshape((n_chain * n_draw,)
             + tuple(post[v.name].shape[2:])) for v in model.value_vars]

@@ -1,0 +1,42 @@
+"""``idata.cv``: pymc-cv as an accessor on the DataTree that ``pm.sample`` returns on ArviZ 1.
+
+Registered with xarray as arviz-stats registers ``azstats``, so post-processing reads like the
+rest of an ArviZ 1 workflow::
+
+    idata.cv.scores(model)          # pymc_cv.compute_scores(idata, model)
+    idata.cv.summary(["mu"])        # pymc_cv.summary(idata, ["mu"])
+
+On ArviZ 0.x ``pm.sample`` returns an ``InferenceData``, which has no accessors; call the
+functions directly there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CVAccessor", "register"]
+
+
+class CVAccessor:
+    """The ``cv`` namespace of a DataTree (the root of an ArviZ 1 posterior)."""
+
+    def __init__(self, datatree):
+        self._obj = datatree
+
+    def scores(self, model=None, **kwargs):
+        """Add the unconstrained draws and the scores in place; see :func:`pymc_cv.compute_scores`."""
+        from .adapters.pymc import compute_scores
+
+        return compute_scores(self._obj, model, **kwargs)
+
+    def summary(self, var_names=None, **kwargs):
+        """Plain and CV posterior means; see :func:`pymc_cv.summary`."""
+        from .summary import summary
+
+        return summary(self._obj, var_names, **kwargs)
+
+
+def register():
+    """Register ``cv`` on ``xarray.DataTree`` once (a no-op where xarray has no DataTree)."""
+    import xarray as xr
+
+    if hasattr(xr, "register_datatree_accessor") and not hasattr(xr.DataTree, "cv"):
+        xr.register_datatree_accessor("cv")(CVAccessor)

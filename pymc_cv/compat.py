@@ -1,0 +1,220 @@
+"""Every difference between the two supported stacks, in one place.
+
+- ArviZ 0.x (with PyMC 5): ``pm.sample`` returns ``arviz.InferenceData``; diagnostics are
+  ``az.ess`` / ``az.mcse`` / ``az.rhat`` / ``az.psislw``; labels in ``arviz.labels``.
+- ArviZ 1.x (with PyMC 6): ``pm.sample`` returns an ``xarray.DataTree`` whose children are the
+  groups; array diagnostics are ``arviz_stats.base.array_stats``; labels in ``arviz_base``;
+  there is no ``from_pystan`` (PyStan fits are converted through ``from_dict`` here).
+
+The rest of the package reads and writes groups only through these functions, and gets back
+the type it was given.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+__all__ = [
+    "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
+    "ess_mean", "mcse_mean", "rhat", "psis_khat", "labeller", "var_iter", "from_cmdstanpy", "pystan_posterior",
+]
+
+
+@functools.cache
+def arviz_major():
+    """1 on ArviZ 1.x (DataTree), 0 on ArviZ 0.x (InferenceData)."""
+    import arviz as az
+
+    return int(az.__version__.split(".")[0])
+
+
+def _is_datatree(obj):
+    import xarray as xr
+
+    return isinstance(obj, getattr(xr, "DataTree", ()))
+
+
+def is_inference_data(obj):
+    """True for what ``pm.sample`` returns on either stack (InferenceData or DataTree)."""
+    if _is_datatree(obj):
+        return True
+    return hasattr(obj, "groups") and callable(obj.groups) and hasattr(obj, "add_groups")
+
+
+def group_names(idata):
+    """The top-level groups (``posterior``, ``sample_stats``, ...)."""
+    if _is_datatree(idata):
+        return list(idata.children)
+    return list(idata.groups())
+
+
+def group(idata, name):
+    """One group as an ``xarray.Dataset``; ``KeyError`` when absent."""
+    if name not in group_names(idata):
+        raise KeyError(name)
+    node = idata[name]
+    return node.to_dataset() if _is_datatree(idata) else node
+
+
+def with_groups(idata, groups, *, inplace=False):
+    """``idata`` with ``groups`` ({name: Dataset}) added or replaced.
+
+    ``inplace=False`` returns a new object of the same type sharing the other groups' data.
+    """
+    if _is_datatree(idata):
+        import xarray as xr
+
+        out = idata if inplace else idata.copy(deep=False)
+        for name, ds in groups.items():
+            out[name] = xr.DataTree(ds)
+        return out
+    if inplace:
+        for name, ds in groups.items():
+            if name in idata.groups():
+                delattr(idata, name)
+            idata.add_groups({name: ds})
+        return idata
+    import arviz as az
+
+    kept = {g: idata[g] for g in idata.groups() if g not in groups}
+    return az.InferenceData(**kept, **groups)
+
+
+def dict_to_dataset(data, *, coords=None, dims=None, attrs=None):
+    """A (chain, draw, ...) Dataset from arrays, with ArviZ's conventions on either stack."""
+    import arviz as az
+
+    if arviz_major() >= 1:
+        return az.dict_to_dataset(data, coords=coords, dims=dims, attrs=attrs)
+    return az.dict_to_dataset(data, coords=coords, dims=dims, attrs=attrs, library=None)
+
+
+def from_dict(groups, *, coords=None, dims=None):
+    """InferenceData / DataTree from ``{group: {var: array (chain, draw, ...)}}``."""
+    import arviz as az
+
+    if arviz_major() >= 1:
+        return az.from_dict(groups, coords=coords, dims=dims)
+    return az.from_dict(**groups, coords=coords, dims=dims)
+
+
+def _array_stats():
+    from arviz_stats.base import array_stats
+
+    return array_stats
+
+
+def ess_mean(ary):
+    """ESS of the mean over the last two axes (chain, draw) of ``ary``; leading axes are kept."""
+    ary = np.asarray(ary, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if arviz_major() >= 1:
+            return np.asarray(_array_stats().ess(ary, method="mean"), dtype=float)
+        import arviz as az
+
+        if ary.ndim == 2:
+            return np.asarray(az.ess(ary, method="mean"), dtype=float)
+        lead = ary.shape[:-2]
+        # az.ess on a Dataset wants (chain, draw, ...) per variable
+        flat = np.moveaxis(ary.reshape((-1,) + ary.shape[-2:]), 0, -1)
+        ess = az.ess(az.convert_to_dataset(flat), method="mean")["x"].values
+        return np.asarray(ess, dtype=float).reshape(lead)
+
+
+def mcse_mean(ary):
+    """ArviZ's MCSE of the mean of ``ary`` (chain, draw)."""
+    ary = np.asarray(ary, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if arviz_major() >= 1:
+            return float(_array_stats().mcse(ary, method="mean"))
+        import arviz as az
+
+        return float(np.ravel(az.mcse(ary, method="mean"))[0])
+
+
+def rhat(ary):
+    """ArviZ's rank-normalised split R-hat of ``ary`` (chain, draw)."""
+    ary = np.asarray(ary, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if arviz_major() >= 1:
+            return float(_array_stats().rhat(ary))
+        import arviz as az
+
+        return float(az.rhat(ary))
+
+
+def psis_khat(log_weights):
+    """Pareto k-hat of PSIS on 1-d log weights (``arviz_stats`` on ArviZ 1, ``az.psislw`` before)."""
+    lw = np.asarray(log_weights, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if arviz_major() >= 1:
+            # arviz_stats' psislw takes log-likelihood values (it smooths -ary), not log weights
+            _, khat = _array_stats().psislw(-lw)
+        else:
+            import arviz as az
+
+            _, khat = az.psislw(lw)
+    return float(khat)
+
+
+def labeller():
+    """ArviZ's default labeller (``theta[0]``, ``theta[a]`` with coords)."""
+    if arviz_major() >= 1:
+        from arviz_base.labels import BaseLabeller
+    else:
+        from arviz.labels import BaseLabeller
+    return BaseLabeller()
+
+
+def var_iter(dataset, var_names):
+    """ArviZ's iterator over the scalar components of variables: (name, sel, isel, values)."""
+    if arviz_major() >= 1:
+        from arviz_base.sel_utils import xarray_var_iter
+
+        # on ArviZ 1 combined=False means "loop over chains"; None leaves that to skip_dims
+        return xarray_var_iter(dataset[list(var_names)], combined=None, skip_dims={"chain", "draw"},
+                               dim_order=["chain", "draw"])
+    from arviz.sel_utils import xarray_var_iter
+
+    return xarray_var_iter(dataset[list(var_names)], combined=False, skip_dims={"chain", "draw"})
+
+
+def from_cmdstanpy(fit, **kwargs):
+    """ArviZ's CmdStanPy converter (same name on both stacks)."""
+    import arviz as az
+
+    return az.from_cmdstanpy(posterior=fit, **kwargs)
+
+
+def pystan_posterior(fit, posterior_model=None, **kwargs):
+    """InferenceData / DataTree of a PyStan 3 fit.
+
+    ArviZ 1 ships no PyStan converter, so there the posterior (the program's parameters,
+    transformed parameters and generated quantities) and the sampler's ``lp__`` /
+    ``divergent__`` are read from the fit itself; ``kwargs`` (``coords``, ``dims``) pass on.
+    """
+    if arviz_major() < 1:
+        import arviz as az
+
+        return az.from_pystan(posterior=fit, posterior_model=posterior_model, **kwargs)
+    n_chain, n_draw = fit.num_chains, fit.num_samples
+    posterior = {}
+    for name, shape in zip(fit.param_names, fit.dims):
+        # (*shape, draws) with chains concatenated along draws; a scalar comes as (1, draws)
+        arr = np.asarray(fit[name]).reshape(tuple(shape) + (-1,))
+        arr = np.moveaxis(arr.reshape(arr.shape[:-1] + (n_draw, n_chain), order="F"), (-1, -2), (0, 1))
+        posterior[name] = arr
+    stats = {}
+    for stan_name, az_name in (("lp__", "lp"), ("divergent__", "diverging"), ("stepsize__", "step_size"),
+                               ("treedepth__", "tree_depth"), ("accept_stat__", "acceptance_rate")):
+        if stan_name in fit.sample_and_sampler_param_names:
+            arr = np.asarray(fit[stan_name]).reshape(n_draw, n_chain, order="F").T
+            stats[az_name] = arr.astype(bool) if az_name == "diverging" else arr
+    return from_dict({"posterior": posterior, "sample_stats": stats}, **kwargs)

@@ -1,0 +1,87 @@
+"""The compatibility layer gives the same numbers and types on ArviZ 0.x and ArviZ 1 (CI runs both)."""
+
+import numpy as np
+import pytest
+
+import pymc_cv
+from pymc_cv import compat
+from pymc_cv.groups import with_cv_groups
+
+
+def _ar1(phi, n_chain, n_draw, rng):
+    x = np.empty((n_chain, n_draw))
+    x[:, 0] = rng.normal(size=n_chain) / np.sqrt(1 - phi**2)
+    for j in range(1, n_draw):
+        x[:, j] = phi * x[:, j - 1] + rng.normal(size=n_chain)
+    return x
+
+
+def test_ess_of_ar1_chains_matches_theory_and_is_the_same_per_column_or_batched():
+    rng = np.random.default_rng(0)
+    n_chain, n_draw = 4, 5000
+    phis = [0.0, 0.5, 0.8]
+    draws = np.stack([_ar1(phi, n_chain, n_draw, rng) for phi in phis])  # (3, chain, draw)
+    batched = compat.ess_mean(draws)
+    one_by_one = [float(compat.ess_mean(draws[k])) for k in range(len(phis))]
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-12)
+    theory = [n_chain * n_draw * (1 - phi) / (1 + phi) for phi in phis]  # AR(1): n (1 - phi) / (1 + phi)
+    np.testing.assert_allclose(batched, theory, rtol=0.12)
+
+
+def test_pareto_khat_recovers_the_tail_index():
+    rng = np.random.default_rng(1)
+    for k in (0.3, 0.8):
+        w = rng.pareto(1 / k, size=4000) + 1.0  # a Pareto tail with shape k
+        assert abs(compat.psis_khat(np.log(w)) - k) < 0.15
+
+
+def test_rhat_separates_agreeing_from_disagreeing_chains():
+    rng = np.random.default_rng(2)
+    same = rng.normal(size=(4, 500))
+    apart = same + np.array([0.0, 0.0, 0.0, 2.0])[:, None]
+    assert compat.rhat(same) < 1.02 and compat.rhat(apart) > 1.2
+
+
+def test_mcse_of_iid_draws_is_sd_over_root_n():
+    x = np.random.default_rng(3).normal(size=(4, 2500))
+    assert abs(compat.mcse_mean(x) / (x.std() / 100) - 1) < 0.1
+
+
+def test_groups_come_back_in_the_type_they_came_in():
+    draws = np.random.default_rng(4).normal(size=(2, 50, 3))
+    idata = compat.from_dict({"posterior": {"theta": draws}})
+    new = with_cv_groups(idata, {"theta": draws}, {"theta": -draws}, dims={"theta": ["k"]},
+                         coords={"k": ["a", "b", "c"]})
+    assert type(new) is type(idata)
+    assert "score" not in compat.group_names(idata)
+    assert {"posterior", "unconstrained_posterior", "score"} <= set(compat.group_names(new))
+    score = compat.group(new, "score")
+    assert score["theta"].dims == ("chain", "draw", "k") and list(score["k"].values) == ["a", "b", "c"]
+    same = compat.with_groups(idata, {"score": score}, inplace=True)
+    assert same is idata and "score" in compat.group_names(idata)
+    with pytest.raises(KeyError):
+        compat.group(idata, "prior")
+
+
+@pytest.mark.skipif(compat.arviz_major() < 1, reason="the cv accessor is on ArviZ 1's DataTree; this lane has 0.x")
+def test_datatree_accessor_runs_the_workflow_of_pm_sample():
+    import pymc as pm
+    import xarray as xr
+
+    y = np.array([0.3, -0.5, 1.2, 0.8])
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 2)
+        pm.Normal("y", mu, 1, observed=y)
+        idata = pm.sample(300, tune=300, chains=2, progressbar=False, random_seed=0,
+                          compute_convergence_checks=False)
+    assert isinstance(idata, xr.DataTree)
+    out = idata.cv.scores(model, progressbar=False)
+    assert out is idata and isinstance(out, xr.DataTree) and "score" in idata.children
+    table = idata.cv.summary(["mu"], progressbar=False)
+    exact = y.sum() / (y.size + 0.25)  # conjugate posterior mean
+    assert abs(table.loc["mu", "cv_mean"] - exact) < 1e-8
+    # summary on a DataTree without scores leaves it as it was
+    fresh = pm.sample(100, tune=100, chains=2, progressbar=False, random_seed=1, compute_convergence_checks=False,
+                      model=model)
+    pymc_cv.summary(fresh, model=model, progressbar=False)
+    assert "score" not in fresh.children
