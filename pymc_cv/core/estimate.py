@@ -158,6 +158,43 @@ def _rescale(cand, loc, scale):
     return cand
 
 
+def _planned_methods(method, n, d):
+    """ZV orders and kernel designs that ``method`` asks for (``"auto"``: all that can be fitted)."""
+    if method == "auto":
+        return [1] + ([2] if n > 2 * (1 + n_polynomial_features(d, 2)) else []), ["cf", "secf"]
+    return ([int(method[2])] if method.startswith("zv") else []), ([method] if method in ("cf", "secf") else [])
+
+
+def _zv_candidates(orders, Xs, Ss, Ystd, live, zv_penalty, chain, opts, random_seed, rep, strict, notes):
+    """One ZV-CV candidate per polynomial order, fitted for every live integrand at once."""
+    candidates = []
+    for order in orders:
+        try:
+            cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
+                                           random_seed, first=None if rep is None else rep[0])
+        except ValueError as err:
+            if strict:
+                raise
+            notes.append(f"zv{order} skipped ({err})")
+            continue
+        cand.columns = live
+        candidates.append(cand)
+    return candidates
+
+
+def _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes):
+    """Kernel designs still worth fitting and the integrands to fit them for (``method="auto"``
+    fits none above ``kernel_max_dim`` and skips integrands a ZV-CV already made exact)."""
+    if not kernel_names or strict:
+        return kernel_names, live
+    if d > kernel_max_dim:
+        notes.append(f"no kernel CVs: d = {d} > kernel_max_dim = {kernel_max_dim} (they rarely pay in "
+                     "this many dimensions and cost O(d) per kernel entry); ZV-CVs or MC only.")
+        return [], live
+    exact = [c.columns[np.var(c.resid, axis=0) <= _EXACT] for c in candidates]
+    return kernel_names, (np.setdiff1d(live, np.concatenate(exact)) if exact else live)
+
+
 @single_threaded_when_small(lambda values, *a, **k: np.shape(values)[0])
 def cv_estimate(
     values,
@@ -266,46 +303,25 @@ def cv_estimate(
     Ystd = (Y - loc) / np.where(scale > 0, scale, 1.0)
     scale = np.where(scale > 0, scale, 1.0)
 
-    if method == "auto":
-        zv_orders = [1] + ([2] if n > 2 * (1 + n_polynomial_features(d, 2)) else [])
-        kernel_names = ["cf", "secf"]
-    else:
-        zv_orders = [int(method[2])] if method.startswith("zv") else []
-        kernel_names = [method] if method in ("cf", "secf") else []
-    notes, candidates = [], []
+    zv_orders, kernel_names = _planned_methods(method, n, d)
+    notes = []
     if rep is not None:
         notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
                      "copies are held out together and are one point of a kernel fit.")
-    for order in zv_orders if live.size else []:
-        try:
-            cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
-                                           random_seed, first=None if rep is None else rep[0])
-        except ValueError as err:
-            if method != "auto":
-                raise
-            notes.append(f"zv{order} skipped ({err})")
-            continue
-        cand.columns = live
-        candidates.append(cand)
-    if kernel_names and method == "auto" and d > kernel_max_dim:
-        notes.append(f"no kernel CVs: d = {d} > kernel_max_dim = {kernel_max_dim} (they rarely pay in "
-                     "this many dimensions and cost O(d) per kernel entry); ZV-CVs or MC only.")
-        kernel_names = []
-    todo = live
-    if kernel_names and method == "auto":
-        # an integrand a ZV-CV already made exact gains nothing from a kernel fit
-        exact = [c.columns[np.var(c.resid, axis=0) <= _EXACT] for c in candidates]
-        todo = np.setdiff1d(live, np.concatenate(exact)) if exact else live
+    strict = method != "auto"
+    candidates = _zv_candidates(zv_orders if live.size else [], Xs, Ss, Ystd, live, zv_penalty, chain, opts,
+                                random_seed, rep, strict, notes)
+    kernel_names, todo = _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes)
     if kernel_names and todo.size:
         try:
             candidates += _kernel_candidates(kernel_names, Xs, Ss, Ystd, todo, chain, opts, rng, notes, rep)
         except ValueError as err:
-            if method != "auto":
+            if strict:
                 raise
             notes.append(f"kernel CVs skipped ({err})")
     candidates = [_rescale(c, loc, scale) for c in candidates]
     res = finalize(Y, chain, candidates, choose="best" if method == "auto" else "first",
-                   fallback=method == "auto", notes=notes)
+                   fallback=not strict, notes=notes)
     if score_note:
         res.mark_unreliable(score_note)
     if one_d:

@@ -61,6 +61,50 @@ def _problem_size(values, samples, *args, **kwargs):
     return sum(sizes)
 
 
+def _check_tasks(values, samples, scores):
+    """Per-task (values (m_t,), draws (m_t, d), scores (m_t, d)), validated, one d for all."""
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        raise ValueError("`values` must be a sequence of T per-task arrays; for one task use cv_estimate.")
+    T = len(values)
+    if not (len(samples) == len(scores) == T):
+        raise ValueError(
+            f"`values`, `samples` and `scores` must each hold one array per task; got {T}, "
+            f"{len(samples)} and {len(scores)}."
+        )
+    if T < 1:
+        raise ValueError("vvcv_estimate needs at least one task.")
+    ys, Xs, Ss = [], [], []
+    for t in range(T):
+        Y, X, S, one_d = check_task(values[t], samples[t], scores[t], name=t)
+        if not one_d:
+            raise ValueError(f"`values` of task {t} must be 1-d (one integrand per task); got {Y.shape}.")
+        if Y.shape[0] < 4:
+            raise ValueError(f"task {t} has {Y.shape[0]} draws; vv-CVs need at least 4 per task.")
+        ys.append(Y[:, 0]), Xs.append(X), Ss.append(S)
+    if any(X.shape[1] != Xs[0].shape[1] for X in Xs):
+        raise ValueError("All tasks must share one parameter space: samples with the same d.")
+    return ys, Xs, Ss
+
+
+def _initial_B(B, T):
+    """The task matrix to start from (identity for "learn" and "identity")."""
+    if isinstance(B, str):
+        if B not in ("learn", "identity"):
+            raise ValueError(f"B={B!r}; use 'learn', 'identity' or a (T, T) matrix.")
+        return np.eye(T)
+    return check_B(B, T)
+
+
+def _score_notes(Xs, Ss, chains, shared):
+    """Stein check per task (once when all tasks share draws and scores): {task: note}."""
+    notes = {}
+    for t in range(1 if shared else len(Xs)):
+        note = apply_stein_check(Xs[t], Ss[t], chains[t], where="" if shared else f" for task {t}")
+        if note:
+            notes[t] = note
+    return notes
+
+
 @single_threaded_when_small(_problem_size)
 def vvcv_estimate(
     values,
@@ -133,45 +177,17 @@ def vvcv_estimate(
     >>> bool(np.all(np.abs(res.estimate - 1.0) < 1e-3))
     True
     """
-    if isinstance(values, np.ndarray) and values.ndim == 1:
-        raise ValueError("`values` must be a sequence of T per-task arrays; for one task use cv_estimate.")
-    T = len(values)
-    if not (len(samples) == len(scores) == T):
-        raise ValueError(
-            f"`values`, `samples` and `scores` must each hold one array per task; got {T}, "
-            f"{len(samples)} and {len(scores)}."
-        )
-    if T < 1:
-        raise ValueError("vvcv_estimate needs at least one task.")
-    ys, Xs, Ss = [], [], []
-    for t in range(T):
-        Y, X, S, one_d = check_task(values[t], samples[t], scores[t], name=t)
-        if not one_d:
-            raise ValueError(f"`values` of task {t} must be 1-d (one integrand per task); got {Y.shape}.")
-        if Y.shape[0] < 4:
-            raise ValueError(f"task {t} has {Y.shape[0]} draws; vv-CVs need at least 4 per task.")
-        ys.append(Y[:, 0]), Xs.append(X), Ss.append(S)
-    d = Xs[0].shape[1]
-    if any(X.shape[1] != d for X in Xs):
-        raise ValueError("All tasks must share one parameter space: samples with the same d.")
+    ys, Xs, Ss = _check_tasks(values, samples, scores)
+    T, d = len(ys), Xs[0].shape[1]
     chains = [None] * T if chain is None else [check_chain(c, ys[t].size) for t, c in enumerate(chain)]
     learn = isinstance(B, str) and B == "learn"
-    if isinstance(B, str):
-        if B not in ("learn", "identity"):
-            raise ValueError(f"B={B!r}; use 'learn', 'identity' or a (T, T) matrix.")
-        B0 = np.eye(T)
-    else:
-        B0 = check_B(B, T)
+    B0 = _initial_B(B, T)
     if solver not in ("auto", "shared", "exact", "inducing"):
         raise ValueError(f"solver={solver!r}; use 'auto', 'shared', 'exact' or 'inducing'.")
     max_tune_points = check_tune_points(max_tune_points)
     folds = check_folds(folds)
     shared = _shared(Xs, Ss)
-    score_notes = {}
-    for t in range(1 if shared else T) if check_scores else ():
-        note = apply_stein_check(Xs[t], Ss[t], chains[t], where="" if shared else f" for task {t}")
-        if note:
-            score_notes[t] = note
+    score_notes = _score_notes(Xs, Ss, chains, shared) if check_scores else {}
     if solver == "shared" and not shared:
         raise ValueError("solver='shared' needs identical samples and scores for every task.")
     rng = np.random.default_rng(random_seed)

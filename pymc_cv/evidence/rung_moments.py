@@ -83,6 +83,53 @@ def _mc(ll, c):
     return ll.mean(), f2.mean(), mcse_mean(ll, c), mcse_mean(f2, c)
 
 
+class _RungProblem:
+    """The per-rung draws, scores t * grad log p(y|x) + grad log p(x) and the two integrands
+    (l and (l - center)^2), and the fits that fill a table of rung moments."""
+
+    def __init__(self, t, rungs, centers, random_seed, options):
+        self.t, self.rungs, self.centers, self.seed, self.options = t, rungs, centers, random_seed, options
+
+    def values(self, i):
+        ll = self.rungs[i][0]
+        return ll, (ll - self.centers[i]) ** 2
+
+    def score(self, i):
+        _, _, gl, gp, _ = self.rungs[i]
+        return self.t[i] * gl + gp
+
+    def fit_group(self, idx, B, with_chains, table):
+        """Both moments of the rungs ``idx`` jointly (a vv-CV; a kernel CV for a lone rung)."""
+        Xs = [self.rungs[i][1] for i in idx]
+        Ss = [self.score(i) for i in idx]
+        chains = [self.rungs[i][4] for i in idx] if with_chains else None
+        for k in range(2):
+            fs = [self.values(i)[k] for i in idx]
+            if len(idx) == 1:
+                r = cv_estimate(fs[0], Xs[0], Ss[0], method="auto", chain=self.rungs[idx[0]][4],
+                                random_seed=self.seed, **self.options)
+            else:
+                r = vvcv_estimate(fs, Xs, Ss, B=B, chain=chains, random_seed=self.seed, **self.options)
+            for j, i in enumerate(idx):
+                table["est"][k][i] = float(np.ravel(r.estimate)[j])
+                table["se"][k][i] = float(np.ravel(r.se)[j])
+                table["reliable"][i] &= bool(np.ravel(r.se_reliable)[j])
+                if k == 0:
+                    table["used"][i] = str(np.ravel(r.method)[j])
+            table["notes"] += [f"rungs {idx[0]}-{idx[-1]}: {n}" for n in r.notes]
+
+    def fit_rung(self, i, method, table):
+        """Both moments of rung ``i`` by one ``cv_estimate`` (the two integrands share the fit)."""
+        f1, f2 = self.values(i)
+        r = cv_estimate(np.column_stack([f1, f2]), self.rungs[i][1], self.score(i), method=method,
+                        chain=self.rungs[i][4], random_seed=self.seed, **self.options)
+        for k in range(2):
+            table["est"][k][i], table["se"][k][i] = r.estimate[k], r.se[k]
+        table["used"][i] = str(r.method[0])
+        table["reliable"][i] &= bool(np.all(r.se_reliable))
+        table["notes"] += [f"rung {i}: {n}" for n in r.notes]
+
+
 def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, chain=None, method="vvcv",
                  group_size=4, B="learn", progress=None, random_seed=0, **options):
     """Estimate E_t[log p(y|x)] and Var_t[log p(y|x)] at every rung.
@@ -140,53 +187,23 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     options["check_scores"] = False
     mc = np.array([_mc(ll, c) for ll, _, _, _, c in rungs])
     centers = mc[:, 0]
-    mean, second, mean_se, var_se = mc[:, 0].copy(), mc[:, 1].copy(), mc[:, 2].copy(), mc[:, 3].copy()
-    used = np.array(["mc"] * w, dtype=object)
+    # per rung: E[l], E[(l - center)^2], their se, the method, reliable
+    table = {"est": (mc[:, 0].copy(), mc[:, 1].copy()), "se": (mc[:, 2].copy(), mc[:, 3].copy()),
+             "used": np.array(["mc"] * w, dtype=object), "reliable": reliable, "notes": notes}
     progress = progress or (lambda k: None)
-
-    def fit_values(i):
-        ll = rungs[i][0]
-        return ll, (ll - centers[i]) ** 2
-
-    def score(i):
-        _, _, gl, gp, _ = rungs[i]
-        return t[i] * gl + gp
-
+    problem = _RungProblem(t, rungs, centers, random_seed, options)
     if method == "mc":
         progress(w)
     elif method == "vvcv":
         for start in range(0, w, int(group_size)):
             idx = list(range(start, min(start + int(group_size), w)))
-            Xs = [rungs[i][1] for i in idx]
-            Ss = [score(i) for i in idx]
-            chains = None if chain is None else [rungs[i][4] for i in idx]
-            for k, (est, se) in enumerate(((mean, mean_se), (second, var_se))):
-                fs = [fit_values(i)[k] for i in idx]
-                if len(idx) == 1:
-                    r = cv_estimate(fs[0], Xs[0], Ss[0], method="auto", chain=rungs[idx[0]][4],
-                                    random_seed=random_seed, **options)
-                    ests, ses, meths = [r.estimate], [r.se], [r.method]
-                else:
-                    r = vvcv_estimate(fs, Xs, Ss, B=B, chain=chains, random_seed=random_seed, **options)
-                    ests, ses, meths = r.estimate, r.se, r.method
-                for j, i in enumerate(idx):
-                    est[i], se[i] = float(np.ravel(ests)[j]), float(np.ravel(ses)[j])
-                    reliable[i] &= bool(np.ravel(r.se_reliable)[j])
-                    if k == 0:
-                        used[i] = str(np.ravel(meths)[j])
-                notes += [f"rungs {idx[0]}-{idx[-1]}: {n}" for n in r.notes]
+            problem.fit_group(idx, B, chain is not None, table)
             progress(len(idx))
     else:
         for i in range(w):
-            f1, f2 = fit_values(i)
-            r = cv_estimate(np.column_stack([f1, f2]), rungs[i][1], score(i), method=_CV_METHOD[method],
-                            chain=rungs[i][4], random_seed=random_seed, **options)
-            mean[i], second[i] = r.estimate
-            mean_se[i], var_se[i] = r.se
-            used[i] = str(r.method[0])
-            reliable[i] &= bool(np.all(r.se_reliable))
-            notes += [f"rung {i}: {n}" for n in r.notes]
+            problem.fit_rung(i, _CV_METHOD[method], table)
             progress(1)
+    (mean, second), (mean_se, var_se), used = table["est"], table["se"], table["used"]
     var = second - (mean - centers) ** 2
     return RungMoments(
         mean=mean, var=var, mean_se=mean_se, var_se=var_se, mc_mean=mc[:, 0], mc_var=mc[:, 1],

@@ -37,6 +37,20 @@ def _halves(n, chain):
     return np.concatenate(a), np.concatenate(b)
 
 
+def _score_notes(tasks, samples, scores):
+    """Stein check per task, once per distinct array of draws: (notes, flagged task indices)."""
+    checked, notes, flagged = {}, [], []
+    for i, (_, X, S, c) in enumerate(tasks):
+        key = (id(samples[i]), id(scores[i]))
+        if key not in checked:
+            checked[key] = apply_stein_check(X, S, c, where=f" for task {i}")
+            if checked[key]:
+                notes.append(checked[key])
+        if checked[key]:
+            flagged.append(i)
+    return notes, flagged
+
+
 class MetaCV:
     """A neural Stein control variate meta-learned over many related integration tasks.
 
@@ -233,6 +247,45 @@ class MetaCV:
         Za, Sa, _ = self._batch(apply)
         return np.asarray(self._adapt(Zf, Sf, Ff, Za, Sa)) * self.f_scale_
 
+    def _check_tasks(self, values, samples, scores, chain):
+        if not (len(values) == len(samples) == len(scores) == len(chain)):
+            raise ValueError("`values`, `samples`, `scores` (and `chain`) must hold one array per task.")
+        tasks = []
+        for i in range(len(values)):
+            y, X, S = _as_task((values[i], samples[i], scores[i]), i)
+            if X.shape[1] != self.d_:
+                raise ValueError(f"task {i} has d = {X.shape[1]}; this MetaCV was meta-trained with d = {self.d_}.")
+            if y.size < 4:
+                raise ValueError(f"task {i} has {y.size} draws; a Meta-CV needs at least 4 (2 to adapt, 2 to average).")
+            tasks.append((y, X, S, None if chain[i] is None else check_chain(chain[i], y.size)))
+        return tasks
+
+    def _heldout_residuals(self, tasks, crossfit):
+        """Per task: the mean of held-out residuals, the residuals (sampling order) and their chains.
+        Each draw's residual comes from the network adapted on the other half; tasks of equal
+        half sizes are adapted in one batch."""
+        halves = [_halves(y.size, c) for y, _, _, c in tasks]
+        resid = [dict() for _ in tasks]
+        for fit_h, apply_h in [(0, 1), (1, 0)] if crossfit else [(0, 1)]:
+            groups = {}
+            for i in range(len(tasks)):
+                groups.setdefault((halves[i][fit_h].size, halves[i][apply_h].size), []).append(i)
+            for idx in groups.values():
+                fit = [tuple(a[halves[i][fit_h]] for a in tasks[i][:3]) for i in idx]
+                app = [tuple(a[halves[i][apply_h]] for a in tasks[i][:3]) for i in idx]
+                stein = self._stein_after_adaptation(fit, app)
+                for j, i in enumerate(idx):
+                    resid[i][apply_h] = app[j][0] - stein[j]
+        est, heldout, resid_chain = [], [], []
+        for i, (_, _, _, c) in enumerate(tasks):
+            used = np.concatenate([halves[i][h] for h in sorted(resid[i])])
+            order = np.argsort(used, kind="stable")  # back to sampling order, for the ESS
+            r = np.concatenate([resid[i][h] for h in sorted(resid[i])])[order]
+            est.append(r.mean())
+            heldout.append(r)
+            resid_chain.append(None if c is None else c[used[order]])
+        return est, heldout, resid_chain
+
     def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True, check_scores=True):
         """Estimate E[f] for one task, or for many (sequences of per-task arrays).
 
@@ -262,52 +315,9 @@ class MetaCV:
             values, samples, scores, chain = [values], [samples], [scores], [chain]
         elif chain is None:
             chain = [None] * len(values)
-        if not (len(values) == len(samples) == len(scores) == len(chain)):
-            raise ValueError("`values`, `samples`, `scores` (and `chain`) must hold one array per task.")
-        tasks, score_notes, flagged = [], [], []
-        for i in range(len(values)):
-            y, X, S = _as_task((values[i], samples[i], scores[i]), i)
-            if X.shape[1] != self.d_:
-                raise ValueError(f"task {i} has d = {X.shape[1]}; this MetaCV was meta-trained with d = {self.d_}.")
-            if y.size < 4:
-                raise ValueError(f"task {i} has {y.size} draws; a Meta-CV needs at least 4 (2 to adapt, 2 to average).")
-            c = None if chain[i] is None else check_chain(chain[i], y.size)
-            tasks.append((y, X, S, c))
-        if check_scores:
-            checked = {}  # tasks often share one array of draws: check it once
-            for i, (_, X, S, c) in enumerate(tasks):
-                key = (id(samples[i]), id(scores[i]))
-                if key not in checked:
-                    checked[key] = apply_stein_check(X, S, c, where=f" for task {i}")
-                    if checked[key]:
-                        score_notes.append(checked[key])
-                if checked[key]:
-                    flagged.append(i)
-        # residuals of every draw from the network adapted on the other half, batched by sizes
-        halves = [_halves(y.size, c) for y, _, _, c in tasks]
-        resid = [dict() for _ in tasks]
-        directions = [(0, 1), (1, 0)] if crossfit else [(0, 1)]
-        for fit_h, apply_h in directions:
-            groups = {}
-            for i, (y, X, S, _) in enumerate(tasks):
-                key = (halves[i][fit_h].size, halves[i][apply_h].size)
-                groups.setdefault(key, []).append(i)
-            for idx in groups.values():
-                fit = [(tasks[i][0][halves[i][fit_h]], tasks[i][1][halves[i][fit_h]], tasks[i][2][halves[i][fit_h]])
-                       for i in idx]
-                app = [(tasks[i][0][halves[i][apply_h]], tasks[i][1][halves[i][apply_h]],
-                        tasks[i][2][halves[i][apply_h]]) for i in idx]
-                stein = self._stein_after_adaptation(fit, app)
-                for j, i in enumerate(idx):
-                    resid[i][apply_h] = app[j][0] - stein[j]
-        est, heldout, resid_chain = [], [], []
-        for i, (y, X, S, c) in enumerate(tasks):
-            used = np.concatenate([halves[i][h] for h in sorted(resid[i])])
-            order = np.argsort(used, kind="stable")  # back to sampling order, for the ESS
-            r = np.concatenate([resid[i][h] for h in sorted(resid[i])])[order]
-            est.append(r.mean())
-            heldout.append(r)
-            resid_chain.append(None if c is None else c[used[order]])
+        tasks = self._check_tasks(values, samples, scores, chain)
+        score_notes, flagged = _score_notes(tasks, samples, scores) if check_scores else ([], [])
+        est, heldout, resid_chain = self._heldout_residuals(tasks, crossfit)
         cand = Candidate("metacv", np.array(est), heldout, heldout, None,
                          {"support_size": self.support_size_, "inner_steps": self.inner_steps},
                          resid_chain=resid_chain)
