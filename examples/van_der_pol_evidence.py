@@ -96,6 +96,15 @@ def log_evidence_quadrature(y, solver=rk4_numpy):
     return shift + np.log(val), err / val
 
 
+def _scan(fn, **kwargs):
+    """The scan's outputs.  Recent PyTensor (2.38, 3.x) takes return_updates=False and warns without
+    it; older versions (2.26) return (outputs, updates)."""
+    try:
+        return pytensor.scan(fn, return_updates=False, **kwargs)
+    except TypeError:
+        return pytensor.scan(fn, **kwargs)[0]
+
+
 def build_model(y, kind="van_der_pol"):
     with pm.Model() as model:
         x = pm.LogNormal("x", 0.0, PRIOR_SD)
@@ -112,8 +121,7 @@ def build_model(y, kind="van_der_pol"):
             k4 = f(u + H * k3)
             return u + H / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
-        traj = pytensor.scan(step, outputs_info=[pt.as_tensor(U0)], non_sequences=[x], n_steps=10 * STEPS_PER_UNIT,
-                             return_updates=False)
+        traj = _scan(step, outputs_info=[pt.as_tensor(U0)], non_sequences=[x], n_steps=10 * STEPS_PER_UNIT)
         u1 = pt.concatenate([pt.as_tensor(U0[:1]), traj[STEPS_PER_UNIT - 1 :: STEPS_PER_UNIT, 0]])
         pm.Normal("y", u1, NOISE, observed=y)
     return model

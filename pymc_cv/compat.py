@@ -12,6 +12,7 @@ the type it was given.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 
@@ -71,16 +72,25 @@ def with_groups(idata, groups, *, inplace=False):
         for name, ds in groups.items():
             out[name] = xr.DataTree(ds)
         return out
-    if inplace:
-        for name, ds in groups.items():
-            if name in idata.groups():
-                delattr(idata, name)
-            idata.add_groups({name: ds})
-        return idata
     import arviz as az
 
-    kept = {g: idata[g] for g in idata.groups() if g not in groups}
-    return az.InferenceData(**kept, **groups)
+    with _own_groups_allowed():
+        if inplace:
+            for name, ds in groups.items():
+                if name in idata.groups():
+                    delattr(idata, name)
+                idata.add_groups({name: ds})
+            return idata
+        kept = {g: idata[g] for g in idata.groups() if g not in groups}
+        return az.InferenceData(**kept, **groups)
+
+
+@contextlib.contextmanager
+def _own_groups_allowed():
+    """ArviZ 0.20 warns on any group outside its scheme; pymc-cv's groups are outside it by design."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*group is not defined in the InferenceData scheme")
+        yield
 
 
 def dict_to_dataset(data, *, coords=None, dims=None, attrs=None):
@@ -98,7 +108,8 @@ def from_dict(groups, *, coords=None, dims=None):
 
     if arviz_major() >= 1:
         return az.from_dict(groups, coords=coords, dims=dims)
-    return az.from_dict(**groups, coords=coords, dims=dims)
+    with _own_groups_allowed():
+        return az.from_dict(**groups, coords=coords, dims=dims)
 
 
 def _array_stats():
