@@ -33,6 +33,18 @@ def test_zv2_exact_for_quadratic_integrands_under_any_gaussian(seed):
     assert res.method == "zv2"
 
 
+def test_zv_chooses_the_order_that_makes_each_integrand_exact():
+    """Under N(0, 1)^2, ZV order k integrates polynomials of degree k exactly: a cubic needs 3."""
+    x, s = gaussian_draws(200, 2, 1)
+    F = np.column_stack([x[:, 0] ** 3 + x[:, 1] ** 2 * x[:, 0] + 2.0, x[:, 0] ** 2 + x[:, 1]])
+    res = pymc_cv.cv_estimate(F, x, s, method="zv")
+    np.testing.assert_allclose(res.estimate, [2.0, 1.0], atol=1e-8)
+    assert res.method[0] == "zv3" and res.method[1] in ("zv2", "zv3")
+    # too few draws for order 3 (10 coefficients): it is not tried
+    few = pymc_cv.cv_estimate(F[:20, 1], x[:20], s[:20], method="zv")
+    assert few.method in ("zv1", "zv2", "mc") and abs(few.estimate - 1.0) < 1e-8
+
+
 def test_several_integrands_at_once():
     x, s = gaussian_draws(300, 2, 0)
     F = np.column_stack([x[:, 0] ** 2, x[:, 1], x[:, 0] * x[:, 1] + 2.0])

@@ -34,7 +34,7 @@ from .zero_variance import zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
 
-METHODS = ("mc", "zv1", "zv2", "cf", "secf", "auto")
+METHODS = ("mc", "zv1", "zv2", "zv", "cf", "secf", "auto")
 _MAX_TUNE_COLUMNS = 20
 # held-out residual variance below this share of var(f): the integrand is already exact
 _EXACT = 1e-20
@@ -160,8 +160,11 @@ def _rescale(cand, loc, scale):
 
 def _planned_methods(method, n, d):
     """ZV orders and kernel designs that ``method`` asks for (``"auto"``: all that can be fitted)."""
-    if method == "auto":
-        return [1] + ([2] if n > 2 * (1 + n_polynomial_features(d, 2)) else []), ["cf", "secf"]
+    if method in ("auto", "zv"):
+        # an order is tried when the draws are at least twice its number of coefficients
+        orders = [o for o in ((1, 2) if method == "auto" else (1, 2, 3))
+                  if o == 1 or n > 2 * (1 + n_polynomial_features(d, o))]
+        return orders, (["cf", "secf"] if method == "auto" else [])
     return ([int(method[2])] if method.startswith("zv") else []), ([method] if method in ("cf", "secf") else [])
 
 
@@ -227,8 +230,10 @@ def cv_estimate(
         The draws, on the unconstrained space where the scores are taken.
     scores : array (n, d)
         grad_x log pi(x_i) at each draw (log density up to a constant, Jacobian included).
-    method : {"auto", "mc", "zv1", "zv2", "cf", "secf"}
-        ``"zv1"``/``"zv2"``: zero-variance polynomial CVs; ``"cf"``: control functional
+    method : {"auto", "mc", "zv1", "zv2", "zv", "cf", "secf"}
+        ``"zv1"``/``"zv2"``: zero-variance polynomial CVs; ``"zv"``: the ZV-CV whose order
+        (1, 2 or 3, as many as the draws identify) has the smallest held-out se, MC included
+        (ZVCV's choice of the order by cross-validation); ``"cf"``: control functional
         (kernel CV); ``"secf"``: semi-exact control functional (polynomial + kernel);
         ``"auto"``: per integrand the method with the smallest held-out standard error, MC
         included.
@@ -308,7 +313,7 @@ def cv_estimate(
     if rep is not None:
         notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
                      "copies are held out together and are one point of a kernel fit.")
-    strict = method != "auto"
+    strict = method not in ("auto", "zv")
     candidates = _zv_candidates(zv_orders if live.size else [], Xs, Ss, Ystd, live, zv_penalty, chain, opts,
                                 random_seed, rep, strict, notes)
     kernel_names, todo = _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes)
@@ -320,7 +325,7 @@ def cv_estimate(
                 raise
             notes.append(f"kernel CVs skipped ({err})")
     candidates = [_rescale(c, loc, scale) for c in candidates]
-    res = finalize(Y, chain, candidates, choose="best" if method == "auto" else "first",
+    res = finalize(Y, chain, candidates, choose="first" if strict else "best",
                    fallback=not strict, notes=notes)
     if score_note:
         res.mark_unreliable(score_note)

@@ -8,20 +8,38 @@ features plus an intercept is the ZV-CV; the intercept is the estimate.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
 __all__ = ["stein_polynomial_features", "n_polynomial_features"]
 
 
 def n_polynomial_features(d, order):
-    """Number of Stein features of total degree 1..order in d dimensions (order <= 2)."""
-    if order == 0:
-        return 0
-    if order == 1:
-        return d
-    if order == 2:
-        return d + d + d * (d - 1) // 2
-    raise ValueError(f"polynomial order {order} is not supported; use 0, 1 or 2.")
+    """Number of Stein features of total degree 1..order in d dimensions: C(d + order, order) - 1."""
+    if int(order) != order or order < 0:
+        raise ValueError(f"polynomial order {order!r}; use a non-negative integer.")
+    return math.comb(d + int(order), int(order)) - 1
+
+
+def _monomial_images(X, S, degree):
+    """L[x^a] = sum_j a_j (a_j - 1) x^(a - 2 e_j) + a_j x^(a - e_j) s_j for every exponent a of
+    total degree ``degree`` (the general form of the two closed forms below)."""
+    n, d = X.shape
+    cols = []
+    for combo in itertools.combinations_with_replacement(range(d), degree):
+        a = np.bincount(combo, minlength=d)
+        col = np.zeros(n)
+        for j in np.flatnonzero(a):
+            lower = a.copy()
+            lower[j] -= 1
+            col += a[j] * np.prod(X ** lower, axis=1) * S[:, j]
+            if a[j] >= 2:
+                lower[j] -= 1
+                col += a[j] * (a[j] - 1) * np.prod(X ** lower, axis=1)
+        cols.append(col)
+    return np.column_stack(cols)
 
 
 def stein_polynomial_features(X, S, order):
@@ -35,6 +53,7 @@ def stein_polynomial_features(X, S, order):
     array([[-0.5,  1. ,  1.5,  0. ,  1. ]])
     """
     n, d = X.shape
+    n_polynomial_features(d, order)  # validates the order
     if order == 0:
         return np.zeros((n, 0))
     cols = [S]  # P = x_j
@@ -42,6 +61,5 @@ def stein_polynomial_features(X, S, order):
         cols.append(2.0 + 2.0 * X * S)  # P = x_j^2
         i, j = np.triu_indices(d, 1)
         cols.append(X[:, i] * S[:, j] + X[:, j] * S[:, i])  # P = x_i x_j
-    if order > 2:
-        raise ValueError(f"polynomial order {order} is not supported; use 0, 1 or 2.")
+    cols += [_monomial_images(X, S, k) for k in range(3, int(order) + 1)]
     return np.concatenate(cols, axis=1)
