@@ -2,7 +2,7 @@
 
 from .accessor import register as _register_accessor
 from .core import CVResult, cv_estimate, vvcv_estimate
-from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws, ti_from_pystan
+from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws, ti_from_population, ti_from_pystan
 from .metacv import MetaCV
 from .summary import summary
 
@@ -15,6 +15,7 @@ _LAZY = {
     "compute_scores": "pymc_cv.adapters.pymc",
     "from_pystan": "pymc_cv.adapters.stan",
     "from_cmdstanpy": "pymc_cv.adapters.stan",
+    "sample_population": "pymc_cv.adapters.population",
 }
 
 
@@ -33,5 +34,6 @@ def __dir__():
 __version__ = "0.1.0"
 __all__ = [
     "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
-    "ti_from_arrays", "ti_from_draws", "ti_from_pystan", "MetaCV", "from_pystan", "from_cmdstanpy", "__version__",
+    "ti_from_arrays", "ti_from_draws", "ti_from_pystan", "ti_from_population", "MetaCV", "from_pystan",
+    "from_cmdstanpy", "sample_population", "__version__",
 ]

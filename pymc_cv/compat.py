@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
     "ess_mean", "mcse_mean", "rhat", "psis_khat", "labeller", "var_iter", "from_cmdstanpy", "pystan_posterior",
+    "setup_step",
 ]
 
 
@@ -229,3 +230,12 @@ def pystan_posterior(fit, posterior_model=None, **kwargs):
             arr = np.asarray(fit[stan_name]).reshape(n_draw, n_chain, order="F").T
             stats[az_name] = arr.astype(bool) if az_name == "diverging" else arr
     return from_dict({"posterior": posterior, "sample_stats": stats}, **kwargs)
+
+
+def setup_step(step, rng, tune, draws):
+    """Seed a PyMC step method before its chain, as ``pm.sample`` does (PyMC 6: ``setup_chain``;
+    PyMC 5: ``set_rng``)."""
+    if hasattr(step, "setup_chain"):
+        step.setup_chain(rng, tune, draws)
+    else:
+        step.set_rng(rng)

@@ -44,11 +44,15 @@ def _check_draws_and_scores(X, S):
 
 
 def _variable_rows(idata, var_names):
-    post = compat.group(idata, "posterior")
     # value variables of transformed RVs (sigma_log__) that include_transformed=True puts in the
     # posterior; an untransformed RV has the same name in both groups and is a row
     internal = ({v for v in compat.group(idata, UNCONSTRAINED).data_vars if v.endswith("__")}
                 if UNCONSTRAINED in compat.group_names(idata) else set())
+    return _dataset_rows(compat.group(idata, "posterior"), var_names, internal)
+
+
+def _dataset_rows(post, var_names, internal=frozenset()):
+    """[(label, values (chain, draw))] for every scalar element of ``var_names`` in ``post``."""
     available = [v for v in post.data_vars if v not in internal]
     if var_names is None:
         var_names = available
@@ -113,7 +117,7 @@ def _plain_mcse(values):
 
 
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
-            metacv=None, check_scores=True, return_results=False, progressbar=True, **options):
+            metacv=None, check_scores=True, return_results=False, progressbar=True, compile_kwargs=None, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
     Parameters
@@ -131,7 +135,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
         (e.g. a prediction at 10 time points).
-    method : {"auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"}
+    method : {"auto", "mc", "zv1", "zv2", "zv", "cf", "secf", "vvcv", "metacv"}
         Estimator (see :func:`cv_estimate`).  Every row and every task shares the draws and
         scores, so all are fitted together in one :func:`cv_estimate` call: one least-squares
         fit for the ZV-CVs, one tuned and factorised kernel matrix for the kernel CVs, the best
@@ -141,9 +145,12 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         (many tasks, e.g. predictions at hundreds of inputs) get a :class:`MetaCV`, meta-trained
         on half of the tasks and applied to the other half, and the other way round, so no task
         is estimated by a network that was meta-trained on it; scalar rows use ``"auto"``.
-    tasks : None or "chain"
-        ``"chain"``: every chain is its own task (e.g. population MCMC at several
-        temperatures, scores taken per chain); one row per quantity and chain.
+    tasks : None, "chain" or "temperature"
+        ``"chain"``: every chain is its own task (e.g. chains that target different
+        distributions, scores taken per chain); one row per quantity and chain.
+        ``"temperature"``: for a :func:`sample_population` run, every quantity at every
+        temperature of the ladder, the temperatures estimated jointly by a vv-CV (each with the
+        scores of its own power posterior; ``model`` needed); one row per quantity and temperature.
     B : {"learn", "identity"} or array
         Task matrix of the vv-CVs.
     metacv : dict, optional
@@ -157,6 +164,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         held-out residuals and notes of the fit behind the row).
     progressbar : bool
         PyMC-style progress bar over the rows.
+    compile_kwargs : dict, optional
+        Passed to :func:`compute_scores` when the scores are computed here (e.g.
+        ``{"mode": "NUMBA"}`` for a model with an ODE solver).
     **options
         Passed on to :func:`cv_estimate` / :func:`vvcv_estimate` (``kernel``, ``nugget``,
         ``folds``, ``random_seed``, ...).
@@ -190,7 +200,14 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     idata = data
     _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
                      {"check_scores": check_scores, "return_results": return_results, "progressbar": progressbar})
-    idata = _with_scores(idata, model, progressbar)
+    if compile_kwargs is not None and not isinstance(compile_kwargs, Mapping):
+        raise TypeError(f"`compile_kwargs` must be a dict of pytensor.function options; got "
+                        f"{type(compile_kwargs).__name__}.")
+    if tasks == "temperature":
+        table, results = _temperature_table(idata, var_names, model, method, B, check_scores, progressbar,
+                                            compile_kwargs, options)
+        return (table, dict(results)) if return_results else table
+    idata = _with_scores(idata, model, progressbar, compile_kwargs)
     X, S = stacked_draws_and_scores(idata)
     _check_draws_and_scores(X, S)
     cv_opts, vv_opts = _split_options(options)
@@ -219,7 +236,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     return (table, dict(fitter.results)) if return_results else table
 
 
-def _with_scores(idata, model, progressbar):
+def _with_scores(idata, model, progressbar, compile_kwargs=None):
     """``idata`` itself when it holds the scores, else a new one with them (``model`` needed)."""
     if {UNCONSTRAINED, SCORE} <= set(compat.group_names(idata)):
         return idata
@@ -227,7 +244,8 @@ def _with_scores(idata, model, progressbar):
         stacked_draws_and_scores(idata)  # raises, saying how to get the scores
     from .adapters.pymc import compute_scores
 
-    return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar)
+    return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar,
+                          compile_kwargs=compile_kwargs)
 
 
 def _collect_rows(idata, var_names, integrands, n_chain, n_draw):
@@ -337,10 +355,14 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
     for name, flag in flags.items():
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"`{name}` must be True or False; got {flag!r}.")
-    if tasks not in (None, "chain"):
-        raise ValueError(f"tasks={tasks!r}; use None or 'chain'.")
-    if method not in ("auto", "mc", "zv1", "zv2", "cf", "secf", "vvcv", "metacv"):
-        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'cf', 'secf', 'vvcv' or 'metacv'.")
+    if tasks not in (None, "chain", "temperature"):
+        raise ValueError(f"tasks={tasks!r}; use None, 'chain' or 'temperature'.")
+    if tasks == "temperature" and integrands is not None:
+        raise ValueError("tasks='temperature' summarises var_names at every temperature; integrands are not "
+                         "supported there yet. Add the integrand as a pm.Deterministic instead.")
+    if method not in ("auto", "mc", "zv1", "zv2", "zv", "cf", "secf", "vvcv", "metacv"):
+        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'zv', 'cf', 'secf', 'vvcv' or "
+                         "'metacv'.")
 
 
 def _run_wide_checks(idata, X, S, check_scores, per_chain):
@@ -367,3 +389,51 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=3)
     return notes
+
+
+def _temperature_table(idata, var_names, model, method, B, check_scores, progressbar, compile_kwargs, options):
+    """Rows ``name (t = ...)``: each quantity at every temperature of a population run, the
+    temperatures as the tasks of one vv-CV (per-temperature ``cv_estimate`` for a single-task method)."""
+    import pandas as pd
+
+    from .adapters.population import POPULATION, population_draws
+
+    if model is None:
+        raise ValueError("tasks='temperature' needs the model (summary(idata, model=model)) for the scores at "
+                         "every temperature.")
+    t, posts, Xs, Ss, chain = population_draws(idata, model, compile_kwargs)
+    cv_opts, vv_opts = _split_options(options)
+    cv_opts["check_scores"] = vv_opts["check_scores"] = False
+    notes = []
+    n_div = int(np.asarray(compat.group(idata, POPULATION).get("diverging", 0)).sum())
+    if n_div:
+        notes.append(f"{n_div} divergent transition(s) among the walkers; every se is marked unreliable.")
+    if check_scores:
+        for k, tk in enumerate(t):
+            note = apply_stein_check(Xs[k], Ss[k], chain, where=f" at t = {tk:.3g}")
+            notes += [note] if note else []
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=3)
+    per_t = [_dataset_rows(post, var_names) for post in posts]
+    results, records = _ResultsByRow(), []
+    with progress_bar(progressbar) as bar:
+        task = bar.add_task("Control variates across temperatures", completed=0, total=len(per_t[0]))
+        for j, (label, _) in enumerate(per_t[0]):
+            vals = [rows[j][1] for rows in per_t]
+            flat = [v.reshape(-1) for v in vals]
+            if method in ("auto", "vvcv"):
+                res = [vvcv_estimate(flat, Xs, Ss, B=B, chain=[chain] * len(t), **vv_opts)] * len(t)
+                idx = list(range(len(t)))
+            else:
+                res = [cv_estimate(f, X, S, method=method, chain=chain, **cv_opts) for f, X, S in zip(flat, Xs, Ss)]
+                idx = [0] * len(t)
+            records += [_record(f"{label} (t = {tk:.3g})", v, r, i, results)
+                        for tk, v, r, i in zip(t, vals, res, idx)]
+            bar.advance(task, 1)
+    table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
+    table.index.name = None
+    if notes:
+        table["se_reliable"] = False
+    table.attrs["cv_results"] = results
+    table.attrs["notes"] = notes
+    return table, results

@@ -90,6 +90,16 @@ def _batch_input(var):
     return pt.tensor(dtype=var.dtype, shape=(None,) + var.type.shape, name=f"{var.name}_draws")
 
 
+def _posterior_fn(model, compile_kwargs):
+    """Names and a compiled map from batched value-variable draws to the free RVs (constrained)
+    and deterministics: the variables of ``pm.sample``'s posterior."""
+    rvs = [*model.free_RVs, *model.deterministics]
+    outs = model.replace_rvs_by_values(rvs)
+    inputs = {v: _batch_input(v) for v in model.value_vars}
+    return [rv.name for rv in rvs], _batched([inputs[v] for v in model.value_vars], outs, inputs,
+                                             dict(compile_kwargs or {}))
+
+
 def _forward_transform_fn(model, compile_kwargs):
     """Compiled map from batched constrained draws of the free RVs to batched value variables."""
     from pytensor.graph.replace import graph_replace

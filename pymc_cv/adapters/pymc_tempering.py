@@ -44,10 +44,21 @@ class TemperedSampler:
         check_temperable(model)
         self.model = clone_model(model)
         self.temperature = pytensor.shared(np.float64(1.0), name=TEMPERATURE)
+        self._compile_kwargs = dict(compile_kwargs or {})
         with self.model:
-            loglik = self.model.logp(vars=self.model.observed_RVs, sum=True)
-            pm.Potential("pymc_cv_tempering", (self.temperature - 1.0) * loglik)
-            self.step = pm.NUTS(compile_kwargs=dict(compile_kwargs or {}))
+            self._loglik = self.model.logp(vars=self.model.observed_RVs, sum=True)
+            pm.Potential("pymc_cv_tempering", (self.temperature - 1.0) * self._loglik)
+            self.step = pm.NUTS(compile_kwargs=self._compile_kwargs)
+        self._loglik_fn = None
+
+    def loglik(self, points):
+        """log p(y|x) at each of a list of points (dicts of value variables, as the step methods use
+        them), in one batched call."""
+        values = self.model.value_vars
+        if self._loglik_fn is None:  # compiled after every gradient graph was built (scan models)
+            inputs = {v: _batch_input(v) for v in values}
+            self._loglik_fn = _batched([inputs[v] for v in values], self._loglik, inputs, self._compile_kwargs)
+        return np.asarray(self._loglik_fn(*[np.stack([p[v.name] for p in points]) for v in values]), dtype=float)
 
     def sample(self, temperature, draws, tune, chains, random_seed, **kwargs):
         import pymc as pm

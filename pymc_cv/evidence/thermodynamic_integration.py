@@ -5,6 +5,7 @@ Three entry points share one estimator:
 
 - :func:`thermodynamic_integration` samples the power posteriors of a PyMC model itself;
 - :func:`ti_from_draws` takes one InferenceData per rung that the user sampled;
+- :func:`ti_from_population` takes a population-MCMC run (all rungs in one InferenceData);
 - :func:`ti_from_arrays` takes plain arrays (what the Stan route produces).
 """
 
@@ -20,7 +21,7 @@ from .quadrature import RULES, integrate, quadrature_error
 from .result import TIResult
 from .rung_moments import METHODS, rung_moments
 
-__all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_from_pystan"]
+__all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_from_pystan", "ti_from_population"]
 
 
 def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B, progressbar,
@@ -170,6 +171,110 @@ def _draws_of(idata, model, terms):
     vals = [np.asarray(post[v.name].transpose("chain", "draw", ...).values).reshape((n_chain * n_draw,)
             + tuple(post[v.name].shape[2:])) for v in model.value_vars]
     return _terms_of(vals, terms, np.repeat(np.arange(n_chain), n_draw))
+
+
+# an exchange acceptance rate below this between neighbouring rungs: states barely travel along the
+# ladder there, so the population is no better than independent chains at that step
+_LOW_EXCHANGE = 0.1
+
+
+def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", group_size=4, B="learn",
+                       progressbar=True, compile_kwargs=None, random_seed=0, **options):
+    """Log evidence by TI from a population-MCMC run: every temperature in one InferenceData.
+
+    Parameters
+    ----------
+    idata : InferenceData (DataTree on ArviZ 1)
+        With a ``population`` group whose dims are (chain, draw, temperature, ...) and whose
+        ``temperature`` coordinate is the ladder (0 first, 1 last), as
+        :func:`pymc_cv.sample_population` returns.  It holds ``loglik`` and either the model's
+        value variables (unconstrained; the gradients are then computed from ``model``) or, from
+        any other sampler, ``samples``, ``grad_loglik`` and ``grad_logprior`` with a last dim
+        for the d parameters.
+    model : pymc.Model, optional
+        Needed when the group has the value variables; taken from the context when not given.
+    method, rule, group_size, B, progressbar, random_seed, **options
+        As in :func:`ti_from_arrays`.
+    compile_kwargs : dict, optional
+        For the gradient terms.
+
+    Returns
+    -------
+    TIResult
+        Its notes also give the exchange acceptance rates, when the run recorded them
+        (``sample_stats.exchange_accept``), and name the steps of the ladder where they are low.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_cv
+    >>> with pm.Model() as model:
+    ...     x = pm.Normal("x", 0, 1)
+    ...     y = pm.Normal("y", x, 1, observed=0.0)
+    >>> idata = pymc_cv.sample_population(model, 6, draws=200, tune=200, random_seed=1, progressbar=False)
+    >>> res = pymc_cv.ti_from_population(idata, model, method="cti", progressbar=False)
+    >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
+    True
+    """
+    from .. import compat
+    from ..adapters.population import POPULATION
+
+    if not compat.is_inference_data(idata) or POPULATION not in compat.group_names(idata):
+        raise ValueError("idata has no 'population' group; pass the result of pymc_cv.sample_population (or an "
+                         "InferenceData with the same layout).")
+    pop = compat.group(idata, POPULATION)
+    for name in ("loglik", "temperature"):
+        if name not in pop.variables:
+            raise ValueError(f"the population group has no {name!r}; see pymc_cv.ti_from_population's docstring "
+                             "for the layout.")
+    t = np.asarray(pop["temperature"].values, dtype=float)
+    ll = np.asarray(pop["loglik"].transpose("chain", "draw", "temperature").values, dtype=float)
+    n_chain, n_draw, w = ll.shape
+    start = time.perf_counter()
+    if all(k in pop for k in ("samples", "grad_loglik", "grad_logprior")):
+        X, gl, gp = (np.asarray(pop[k].transpose("chain", "draw", "temperature", ...).values, dtype=float)
+                     for k in ("samples", "grad_loglik", "grad_logprior"))
+    else:
+        X, gl, gp = _population_terms(pop, model, compile_kwargs, n_chain * n_draw * w)
+    X, gl, gp = (a.reshape(n_chain, n_draw, w, -1) for a in (X, gl, gp))
+    chain = np.repeat(np.arange(n_chain), n_draw)
+    rungs = [(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
+              gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
+             for i in range(w)]
+    res = _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
+                          compile=time.perf_counter() - start)
+    _exchange_notes(res, idata, t)
+    return res
+
+
+def _population_terms(pop, model, compile_kwargs, n):
+    import pymc as pm
+
+    model = pm.modelcontext(model)
+    missing = [v.name for v in model.value_vars if v.name not in pop]
+    if missing:
+        raise ValueError(f"the population group has no {missing} (the model's value variables) and no "
+                         "samples/grad_loglik/grad_logprior; pass the model the run was sampled from.")
+    terms, _ = _compiled(model, compile_kwargs, need_nuts=False)
+    vals = [np.asarray(pop[v.name].transpose("chain", "draw", "temperature", ...).values).reshape(
+        (n,) + tuple(pop[v.name].shape[3:])) for v in model.value_vars]
+    _, X, gl, gp, _ = _terms_of(vals, terms, None)
+    return X, gl, gp
+
+
+def _exchange_notes(res, idata, t):
+    from .. import compat
+
+    if "sample_stats" not in compat.group_names(idata) or "exchange_accept" not in compat.group(idata, "sample_stats"):
+        return
+    acc = np.asarray(compat.group(idata, "sample_stats")["exchange_accept"].values, dtype=float)
+    rates = np.nanmean(acc.reshape(-1, acc.shape[-1]), axis=0)
+    res.notes.append(f"exchange acceptance rates between neighbouring rungs: min {np.nanmin(rates):.2f}, "
+                     f"median {np.nanmedian(rates):.2f}.")
+    low = np.flatnonzero(rates < _LOW_EXCHANGE)
+    if low.size:
+        res.notes.append("few exchanges between rungs " + ", ".join(
+            f"{k}-{k + 1} (t = {t[k]:.3g}-{t[k + 1]:.3g}, rate {rates[k]:.2f})" for k in low[:8])
+            + ": states rarely travel along the ladder there; add temperatures between them.")
 
 
 def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected", group_size=4, B="learn",
@@ -324,8 +429,12 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         ``random_seed`` and the ladder, never on ``method``: compare estimators on the same draws
         with ``result.draws`` and :func:`ti_from_arrays`, or ``result.mc_log_evidence``.
     rule : {"corrected", "trapezoid"}
-    sampler : {"nuts", "smc"}
-        "smc": PyMC's sequential Monte Carlo (IMH kernel); its tempering stages become the rungs
+    sampler : {"nuts", "population", "smc"}
+        "nuts": an independent NUTS run per rung.  "population": all rungs sampled together by
+        :func:`pymc_cv.sample_population` (one NUTS walker per temperature, exchange moves
+        between neighbours), which finds modes that independent runs at intermediate temperatures
+        miss; ``draws``/``tune`` are then iterations of the whole population.  "smc": PyMC's
+        sequential Monte Carlo (IMH kernel); its tempering stages become the rungs
         (``temperatures`` is then ignored, ``draws`` is the number of particles).
     random_seed : int, optional
     group_size, B : vv-CV grouping (consecutive rungs) and task matrix.
@@ -355,15 +464,18 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     from ..progress import progress_bar
 
     check_temperable(model)
-    if sampler not in ("nuts", "smc"):
-        raise ValueError(f"sampler={sampler!r}; use 'nuts' or 'smc'.")
+    if sampler not in ("nuts", "smc", "population"):
+        raise ValueError(f"sampler={sampler!r}; use 'nuts', 'population' or 'smc'.")
     for name, val in (("draws", draws), ("chains", chains)):
         if int(val) != val or val < 1:
             raise ValueError(f"{name}={val!r}; use a positive integer.")
     start = time.perf_counter()
-    terms, tempered = _compiled(model, compile_kwargs, need_nuts=sampler == "nuts")
+    terms, tempered = _compiled(model, compile_kwargs, need_nuts=sampler != "smc")
     compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
+    if sampler == "population":
+        return _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed,
+                              group_size, B, progressbar, compile_kwargs, options, compile_seconds)
     if sampler == "smc":
         from ..adapters.pymc_tempering import smc_rungs
 
@@ -395,6 +507,25 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
                            0 if random_seed is None else random_seed, options,
                            sampling=time.perf_counter() - start, compile=compile_seconds)
+
+
+def _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed, group_size, B,
+                   progressbar, compile_kwargs, options, compile_seconds):
+    from ..adapters.population import _population_ladder, run_population
+
+    if isinstance(temperatures, str):
+        raise ValueError("temperatures='adaptive' refines the ladder between independent NUTS runs; with "
+                         "sampler='population' give the ladder (an int or an array).")
+    t = _population_ladder(power_ladder(31) if temperatures is None else temperatures)
+    start = time.perf_counter()
+    idata = run_population(tempered, t, draws=int(draws), tune=int(tune), chains=int(chains), swap_every=1,
+                           random_seed=random_seed, progressbar=progressbar, compile_kwargs=compile_kwargs)
+    sampling = time.perf_counter() - start
+    res = ti_from_population(idata, model, method=method, rule=rule, group_size=group_size, B=B,
+                             progressbar=progressbar, compile_kwargs=compile_kwargs,
+                             random_seed=0 if random_seed is None else random_seed, **options)
+    res.seconds.update(sampling=sampling, compile=compile_seconds)
+    return res
 
 
 # compiled per-draw terms and NUTS step per model and compile options: a model with an ODE takes

@@ -1,0 +1,273 @@
+"""Population MCMC over power posteriors: one walker per temperature, NUTS moves, exchange moves.
+
+Every chain is a population of walkers, walker k targeting p_k(x) ~ p(y|x)^t_k p(x).  Each
+iteration moves every walker by one NUTS transition on its own power posterior, then proposes to
+exchange the states of neighbouring walkers (Calderhead & Girolami 2009), so that states found
+at hot temperatures, where modes are connected, travel down to t = 1.  A swap of walkers i and
+j is accepted with probability min(1, exp((t_i - t_j)(l_j - l_i))), l = log p(y|x).  Even and
+odd neighbour pairs are proposed in alternation (non-reversible parallel tempering, Syed et al.
+2022), which moves states along the ladder faster than one random pair per iteration.
+
+The NUTS step is compiled once (the temperature is a shared variable of the tempered model);
+each walker has its own copy of the step's adaptive state (step size, mass matrix), which stays
+with its temperature when states are exchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from .. import compat
+
+__all__ = ["sample_population", "run_population", "population_draws", "POPULATION"]
+
+POPULATION = "population"
+
+
+def _walker_steps(step, n):
+    """``n`` NUTS steps sharing ``step``'s compiled log-density and gradient, each with its own
+    step-size and mass-matrix adaptation."""
+    from pymc.step_methods.hmc.integration import CpuLeapfrogIntegrator
+
+    walkers = []
+    for _ in range(n):
+        w = copy.copy(step)
+        w.step_adapt = copy.deepcopy(step.step_adapt)
+        w.potential = copy.deepcopy(step.potential)
+        w.integrator = CpuLeapfrogIntegrator(w.potential, step._logp_dlogp_func)
+        walkers.append(w)
+    return walkers
+
+
+def _initial_point(model, rng):
+    """The model's initial point on the unconstrained space, jittered by U(-1, 1) as pm.sample does."""
+    point = model.initial_point()
+    return {k: np.asarray(v + rng.uniform(-1, 1, size=np.shape(v)), dtype=np.asarray(v).dtype)
+            for k, v in point.items()}
+
+
+def _exchange(states, loglik, temperatures, parity, rng):
+    """Propose swaps of neighbours (k, k+1) for k = parity, parity + 2, ...; returns the acceptance
+    probabilities (nan where no swap was proposed) and swaps ``states``/``loglik`` in place."""
+    prob = np.full(len(temperatures) - 1, np.nan)
+    for k in range(parity, len(temperatures) - 1, 2):
+        log_a = (temperatures[k] - temperatures[k + 1]) * (loglik[k + 1] - loglik[k])
+        prob[k] = 0.0 if np.isnan(log_a) else float(np.exp(min(0.0, log_a)))
+        if rng.uniform() < prob[k]:
+            states[k], states[k + 1] = states[k + 1], states[k]
+            loglik[k], loglik[k + 1] = loglik[k + 1], loglik[k]
+    return prob
+
+
+def _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task):
+    """One population chain; returns per draw and walker the points, log-likelihoods, NUTS stats
+    and per draw the exchange acceptance probabilities."""
+    rng = np.random.default_rng(seed)
+    walker_rngs = rng.spawn(len(temperatures))
+    steps = _walker_steps(sampler.step, len(temperatures))
+    for w, r in zip(steps, walker_rngs):
+        compat.setup_step(w, r, tune, draws)
+        w.tune = bool(tune)
+        if tune:
+            w.reset_tuning()
+    states = [_initial_point(sampler.model, rng) for _ in temperatures]
+    loglik = sampler.loglik(states)
+    keep = {"points": [], "loglik": [], "diverging": [], "stats": [], "exchange": []}
+    for i in range(tune + draws):
+        if i == tune:
+            for w in steps:
+                w.stop_tuning()
+        stats = []
+        for k, (w, t) in enumerate(zip(steps, temperatures)):
+            sampler.temperature.set_value(np.float64(t))
+            states[k], st = w.step(states[k])
+            stats.append(st[0])
+        loglik = sampler.loglik(states)
+        prob = (_exchange(states, loglik, temperatures, i // swap_every % 2, rng) if (i + 1) % swap_every == 0
+                else np.full(len(temperatures) - 1, np.nan))
+        if i >= tune:
+            keep["points"].append([dict(s) for s in states])
+            keep["loglik"].append(loglik.copy())
+            keep["diverging"].append([bool(s.get("diverging", False)) for s in stats])
+            keep["stats"].append(stats[-1])
+            keep["exchange"].append(prob)
+        bar.advance(task, 1)
+    return keep
+
+
+def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, chains=2, swap_every=1,
+                      random_seed=None, progressbar=True, compile_kwargs=None):
+    """Sample every power posterior of ``model`` at once by population MCMC with exchange moves.
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        With observed variables and continuous free variables; taken from the context when not given.
+    temperatures : None, int or array
+        The ladder, 0 first and 1 last; None: 16 rungs of the power ladder ((i-1)/15)^5; int: that
+        many rungs of it.
+    draws, tune : int
+        Iterations kept and discarded per chain; each iteration moves every walker.
+    chains : int
+        Independent populations (for R-hat per rung).
+    swap_every : int
+        Propose exchanges every ``swap_every`` iterations.
+    random_seed : int, optional
+        The same seed gives the same draws.
+    progressbar : bool
+    compile_kwargs : dict, optional
+        For the NUTS step and the per-draw terms, e.g. ``{"mode": "NUMBA"}``.
+
+    Returns
+    -------
+    InferenceData (DataTree on ArviZ 1)
+        ``posterior``: the t = 1 walkers, as ``pm.sample`` gives them (so ``az.summary`` and
+        ``pymc_cv.summary`` work unchanged); ``sample_stats``: their NUTS statistics and
+        ``exchange_accept`` (chain, draw, pair), the acceptance probability of the swap proposed
+        between rungs k and k+1 at that iteration (nan where none was); ``population``: every
+        walker's value variables (unconstrained, dims chain, draw, temperature, ...),
+        ``loglik`` and ``diverging``, with the ladder as the ``temperature`` coordinate.
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_cv
+    >>> with pm.Model() as model:
+    ...     x = pm.Normal("x", 0, 1)
+    ...     y = pm.Normal("y", x, 1, observed=0.5)
+    >>> idata = pymc_cv.sample_population(model, 4, draws=50, tune=50, random_seed=1, progressbar=False)
+    >>> pymc_cv.compat.group(idata, "population")["loglik"].sizes["temperature"]
+    4
+    """
+    import pymc as pm
+
+    from .pymc_tempering import TemperedSampler
+
+    model = pm.modelcontext(model)
+    t = _population_ladder(temperatures)
+    for name, val in (("draws", draws), ("chains", chains), ("swap_every", swap_every)):
+        if int(val) != val or val < 1:
+            raise ValueError(f"{name}={val!r}; use a positive integer.")
+    if int(tune) != tune or tune < 0:
+        raise ValueError(f"tune={tune!r}; use a non-negative integer.")
+    return run_population(TemperedSampler(model, compile_kwargs), t, draws=int(draws), tune=int(tune),
+                          chains=int(chains), swap_every=int(swap_every), random_seed=random_seed,
+                          progressbar=progressbar, compile_kwargs=compile_kwargs)
+
+
+def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, random_seed, progressbar,
+                   compile_kwargs):
+    """:func:`sample_population` with a :class:`~pymc_cv.adapters.pymc_tempering.TemperedSampler` that is
+    already compiled (thermodynamic_integration keeps one per model) and a validated ladder."""
+    from ..progress import progress_bar
+
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(random_seed).spawn(chains)]
+    runs = []
+    with progress_bar(progressbar) as bar:
+        task = bar.add_task(f"Population MCMC, {temperatures.size} temperatures", completed=0,
+                            total=chains * (draws + tune))
+        for seed in seeds:
+            runs.append(_run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task))
+    return _to_inference_data(sampler.model, temperatures, runs, compile_kwargs)
+
+
+def _population_ladder(temperatures):
+    from ..evidence.ladder import power_ladder
+
+    if temperatures is None:
+        return power_ladder(16)
+    if np.ndim(temperatures) == 0:
+        if int(temperatures) != temperatures or temperatures < 2:
+            raise ValueError(f"temperatures={temperatures!r}; use an integer >= 2 or an increasing array from 0 to 1.")
+        return power_ladder(int(temperatures))
+    t = np.asarray(temperatures, dtype=float)
+    if t.ndim != 1 or t.size < 2 or t[0] != 0 or t[-1] != 1 or np.any(np.diff(t) <= 0):
+        raise ValueError("temperatures must increase strictly from 0 to 1 (e.g. pymc_cv.evidence.power_ladder(16)).")
+    return t
+
+
+def _to_inference_data(model, t, runs, compile_kwargs):
+    from .pymc import _dims_and_coords, _posterior_fn
+
+    n_chain, n_draw, w = len(runs), len(runs[0]["loglik"]), t.size
+    value_vars = model.value_vars
+    values = {v.name: np.stack([np.stack([[p[k][v.name] for k in range(w)] for p in run["points"]])
+                                for run in runs]) for v in value_vars}  # (chain, draw, temperature, ...)
+    dims, coords = _dims_and_coords(model)
+    pop = {name: arr for name, arr in values.items()}
+    pop["loglik"] = np.stack([np.stack(run["loglik"]) for run in runs])
+    pop["diverging"] = np.stack([np.array(run["diverging"]) for run in runs])
+    pop_dims = {name: ["temperature", *dims.get(name, [])] for name in values}
+    pop_dims.update(loglik=["temperature"], diverging=["temperature"])
+
+    names, fn = _posterior_fn(model, compile_kwargs)
+    outs = fn(*[values[v.name][:, :, -1].reshape((n_chain * n_draw,) + values[v.name].shape[3:]) for v in value_vars])
+    posterior = {name: np.asarray(o).reshape((n_chain, n_draw) + np.shape(o)[1:]) for name, o in zip(names, outs)}
+    post_dims = {name: list(d) for name, d in model.named_vars_to_dims.items() if name in posterior and d
+                 and all(x is not None for x in d)}
+
+    stats = {}
+    for key in ("diverging", "tree_depth", "step_size", "energy", "acceptance_rate", "model_logp", "n_steps"):
+        if key in runs[0]["stats"][0]:
+            stats["lp" if key == "model_logp" else key] = np.array([[s[key] for s in run["stats"]] for run in runs])
+    stats["exchange_accept"] = np.stack([np.stack(run["exchange"]) for run in runs])
+    all_coords = {k: list(v) for k, v in model.coords.items() if v is not None}
+    all_coords.update(coords, temperature=list(map(float, t)), pair=list(range(w - 1)))
+    # a value variable without transform has the posterior's name: the two groups need their own dims
+    idata = compat.from_dict({"posterior": posterior, "sample_stats": stats}, coords=all_coords,
+                             dims={**post_dims, "exchange_accept": ["pair"]})
+    rates = np.nanmean(stats["exchange_accept"], axis=(0, 1)) if w > 1 else np.array([])
+    pop_ds = compat.dict_to_dataset(pop, coords=all_coords, dims=pop_dims,
+                                    attrs={"temperatures": list(map(float, t)),
+                                           "exchange_rates": list(map(float, rates)),
+                                           "sampler": "pymc_cv.sample_population"})
+    return compat.with_groups(idata, {POPULATION: pop_ds}, inplace=True)
+
+
+def population_draws(idata, model=None, compile_kwargs=None):
+    """Per temperature of a population run: the posterior variables, the unconstrained draws and
+    the scores of that temperature's power posterior.
+
+    Returns
+    -------
+    t : array (w,)
+    posteriors : list of w xarray Datasets (chain, draw, ...)
+        The free variables (constrained) and deterministics, as ``pm.sample``'s posterior.
+    X, S : lists of w arrays (chain * draw, d)
+        Value variables, flattened in the order of ``model.value_vars``, and the scores
+        t grad log p(y|x) + grad log p(x) (Jacobian included).
+    chain : array (chain * draw,)
+    """
+    import pymc as pm
+
+    from .pymc import _dims_and_coords, _posterior_fn
+    from .pymc_tempering import loglik_terms
+
+    model = pm.modelcontext(model)
+    if not compat.is_inference_data(idata) or POPULATION not in compat.group_names(idata):
+        raise ValueError("idata has no 'population' group; pass the result of pymc_cv.sample_population.")
+    pop = compat.group(idata, POPULATION)
+    missing = [v.name for v in model.value_vars if v.name not in pop]
+    if missing:
+        raise ValueError(f"the population group has no {missing}; pass the model the run was sampled from.")
+    t = np.asarray(pop["temperature"].values, dtype=float)
+    n_chain, n_draw, w = pop.sizes["chain"], pop.sizes["draw"], t.size
+    n = n_chain * n_draw
+    vals = [np.asarray(pop[v.name].transpose("temperature", "chain", "draw", ...).values).reshape(
+        (w * n,) + tuple(pop[v.name].shape[3:])) for v in model.value_vars]
+    _, gl, gp = loglik_terms(model, compile_kwargs)(*vals)
+    X = np.concatenate([v.reshape(w * n, -1) for v in vals], axis=1).astype(float)
+    names, fn = _posterior_fn(model, compile_kwargs)
+    outs = [np.asarray(o) for o in fn(*vals)]
+    post_dims = {name: list(d) for name, d in model.named_vars_to_dims.items() if name in names and d
+                 and all(x is not None for x in d)}
+    coords = {k: list(v) for k, v in model.coords.items() if v is not None}
+    coords.update(_dims_and_coords(model)[1])
+    posteriors = []
+    for k in range(w):
+        sl = slice(k * n, (k + 1) * n)
+        data = {name: o[sl].reshape((n_chain, n_draw) + o.shape[1:]) for name, o in zip(names, outs)}
+        posteriors.append(compat.dict_to_dataset(data, coords=coords, dims=post_dims))
+    S = [t[k] * gl[k * n:(k + 1) * n] + gp[k * n:(k + 1) * n] for k in range(w)]
+    return t, posteriors, [X[k * n:(k + 1) * n] for k in range(w)], S, np.repeat(np.arange(n_chain), n_draw)
