@@ -11,6 +11,7 @@ Prints per run the error, the se, |error| / se, whether the result is flagged un
 sampling seconds; then per model the ratio of sampling seconds population / NUTS per rung.
 
     python bench/population_ti.py            # 5 seeds, 400 draws + 300 tuning per rung
+    python bench/population_ti.py --draws 1500 --samplers population
 """
 
 from __future__ import annotations
@@ -67,13 +68,15 @@ def main():
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--tune", type=int, default=300)
     parser.add_argument("--rungs", type=int, default=16)
+    parser.add_argument("--samplers", default="population,nuts")
     args = parser.parse_args()
+    samplers = args.samplers.split(",")
     y = data()
     rows, seconds = [], {}
     for name, build in (("frequency (d = 1)", frequency_model), ("frequency + amplitude (d = 2)",
                                                                    frequency_amplitude_model)):
         model, exact = build(y)
-        for sampler in ("population", "nuts"):
+        for sampler in samplers:
             for seed in range(1, args.seeds + 1):
                 res = pymc_cv.thermodynamic_integration(model, args.rungs, draws=args.draws, tune=args.tune,
                                                         sampler=sampler, method="mc", random_seed=seed,
@@ -102,7 +105,7 @@ def main():
           "(mc / vvcv) | median sampling seconds |")
     print("|---|---|---|---|---|")
     for name in dict.fromkeys(r[0] for r in rows):
-        for sampler in ("population", "nuts"):
+        for sampler in samplers:
             counts, silent = [], []
             for method in ("mc", "vvcv"):
                 sel = [r for r in rows if r[0] == name and r[1] == sampler and r[3] == method]
@@ -110,6 +113,8 @@ def main():
                 silent.append(f"{sum(r[6] > 3 and r[7] for r in sel)}/{len(sel)}")
             print(f"| {name} | {sampler} | {' / '.join(counts)} | {' / '.join(silent)} | "
                   f"{np.median(seconds[(name, sampler)]):.1f} |")
+    if samplers != ["population", "nuts"]:
+        return
     print()
     print("| model | sampling seconds, population / NUTS per rung (median over seeds) |")
     print("|---|---|")
