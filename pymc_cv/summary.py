@@ -195,7 +195,6 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     >>> bool(abs(table.loc["mu", "cv_mean"] - 200 / 201) < 1e-6)   # exact posterior mean: 2 / (2 + 1/100)
     True
     """
-    import pandas as pd
 
     idata = data
     _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
@@ -227,12 +226,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     if tasks != "chain":
         order = {label: i for i, (label, _) in enumerate(every_row)}
         records.sort(key=lambda r: order[r[0]])
-    table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
-    table.index.name = None
-    if flagged:
-        table["se_reliable"] = False
-    table.attrs["cv_results"] = fitter.results
-    table.attrs["notes"] = flagged
+    table = _table(records, fitter.results, flagged)
     return (table, dict(fitter.results)) if return_results else table
 
 
@@ -394,8 +388,6 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
 def _temperature_table(idata, var_names, model, method, B, check_scores, progressbar, compile_kwargs, options):
     """Rows ``name (t = ...)``: each quantity at every temperature of a population run, the
     temperatures as the tasks of one vv-CV (per-temperature ``cv_estimate`` for a single-task method)."""
-    import pandas as pd
-
     from .adapters.population import POPULATION, population_draws
 
     if model is None:
@@ -430,10 +422,17 @@ def _temperature_table(idata, var_names, model, method, B, check_scores, progres
             records += [_record(f"{label} (t = {tk:.3g})", v, r, i, results)
                         for tk, v, r, i in zip(t, vals, res, idx)]
             bar.advance(task, 1)
+    return _table(records, results, notes), results
+
+
+def _table(records, results, notes):
+    """The DataFrame of ``records``; notes that concern every row flag every row's se."""
+    import pandas as pd
+
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
     if notes:
         table["se_reliable"] = False
     table.attrs["cv_results"] = results
     table.attrs["notes"] = notes
-    return table, results
+    return table

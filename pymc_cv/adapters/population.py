@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import compat
 
-__all__ = ["sample_population", "run_population", "population_draws", "POPULATION"]
+__all__ = ["sample_population", "run_population", "population_draws", "population_group", "value_draws",
+           "POPULATION"]
 
 POPULATION = "population"
 
@@ -195,7 +196,7 @@ def _to_inference_data(model, t, runs, compile_kwargs):
     values = {v.name: np.stack([np.stack([[p[k][v.name] for k in range(w)] for p in run["points"]])
                                 for run in runs]) for v in value_vars}  # (chain, draw, temperature, ...)
     dims, coords = _dims_and_coords(model)
-    pop = {name: arr for name, arr in values.items()}
+    pop = dict(values)
     pop["loglik"] = np.stack([np.stack(run["loglik"]) for run in runs])
     pop["diverging"] = np.stack([np.array(run["diverging"]) for run in runs])
     pop_dims = {name: ["temperature", *dims.get(name, [])] for name in values}
@@ -217,11 +218,8 @@ def _to_inference_data(model, t, runs, compile_kwargs):
     # a value variable without transform has the posterior's name: the two groups need their own dims
     idata = compat.from_dict({"posterior": posterior, "sample_stats": stats}, coords=all_coords,
                              dims={**post_dims, "exchange_accept": ["pair"]})
-    rates = np.nanmean(stats["exchange_accept"], axis=(0, 1)) if w > 1 else np.array([])
     pop_ds = compat.dict_to_dataset(pop, coords=all_coords, dims=pop_dims,
-                                    attrs={"temperatures": list(map(float, t)),
-                                           "exchange_rates": list(map(float, rates)),
-                                           "sampler": "pymc_cv.sample_population"})
+                                    attrs={"sampler": "pymc_cv.sample_population"})
     return compat.with_groups(idata, {POPULATION: pop_ds}, inplace=True)
 
 
@@ -245,17 +243,11 @@ def population_draws(idata, model=None, compile_kwargs=None):
     from .pymc_tempering import loglik_terms
 
     model = pm.modelcontext(model)
-    if not compat.is_inference_data(idata) or POPULATION not in compat.group_names(idata):
-        raise ValueError("idata has no 'population' group; pass the result of pymc_cv.sample_population.")
-    pop = compat.group(idata, POPULATION)
-    missing = [v.name for v in model.value_vars if v.name not in pop]
-    if missing:
-        raise ValueError(f"the population group has no {missing}; pass the model the run was sampled from.")
+    pop = population_group(idata)
     t = np.asarray(pop["temperature"].values, dtype=float)
     n_chain, n_draw, w = pop.sizes["chain"], pop.sizes["draw"], t.size
     n = n_chain * n_draw
-    vals = [np.asarray(pop[v.name].transpose("temperature", "chain", "draw", ...).values).reshape(
-        (w * n,) + tuple(pop[v.name].shape[3:])) for v in model.value_vars]
+    vals = value_draws(pop, model, ("temperature", "chain", "draw"))
     _, gl, gp = loglik_terms(model, compile_kwargs)(*vals)
     X = np.concatenate([v.reshape(w * n, -1) for v in vals], axis=1).astype(float)
     names, fn = _posterior_fn(model, compile_kwargs)
@@ -271,3 +263,23 @@ def population_draws(idata, model=None, compile_kwargs=None):
         posteriors.append(compat.dict_to_dataset(data, coords=coords, dims=post_dims))
     S = [t[k] * gl[k * n:(k + 1) * n] + gp[k * n:(k + 1) * n] for k in range(w)]
     return t, posteriors, [X[k * n:(k + 1) * n] for k in range(w)], S, np.repeat(np.arange(n_chain), n_draw)
+
+
+def population_group(idata):
+    """The ``population`` group of ``idata`` as a Dataset; a ValueError saying what to pass when absent."""
+    if not compat.is_inference_data(idata) or POPULATION not in compat.group_names(idata):
+        raise ValueError("idata has no 'population' group; pass the result of pymc_cv.sample_population (or an "
+                         "InferenceData with the same layout).")
+    return compat.group(idata, POPULATION)
+
+
+def value_draws(pop, model, lead):
+    """The model's value variables in the population group, each (n, *shape) with the three ``lead``
+    dims (chain, draw and temperature, in that order of nesting) flattened into n."""
+    missing = [v.name for v in model.value_vars if v.name not in pop]
+    if missing:
+        raise ValueError(f"the population group has no {missing} (the model's value variables); pass the model "
+                         "the run was sampled from.")
+    n = int(np.prod([pop.sizes[dim] for dim in lead]))
+    return [np.asarray(pop[v.name].transpose(*lead, ...).values).reshape((n,) + tuple(pop[v.name].shape[3:]))
+            for v in model.value_vars]

@@ -215,13 +215,9 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
     True
     """
-    from .. import compat
-    from ..adapters.population import POPULATION
+    from ..adapters.population import population_group
 
-    if not compat.is_inference_data(idata) or POPULATION not in compat.group_names(idata):
-        raise ValueError("idata has no 'population' group; pass the result of pymc_cv.sample_population (or an "
-                         "InferenceData with the same layout).")
-    pop = compat.group(idata, POPULATION)
+    pop = population_group(idata)
     for name in ("loglik", "temperature"):
         if name not in pop.variables:
             raise ValueError(f"the population group has no {name!r}; see pymc_cv.ti_from_population's docstring "
@@ -234,7 +230,7 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
         X, gl, gp = (np.asarray(pop[k].transpose("chain", "draw", "temperature", ...).values, dtype=float)
                      for k in ("samples", "grad_loglik", "grad_logprior"))
     else:
-        X, gl, gp = _population_terms(pop, model, compile_kwargs, n_chain * n_draw * w)
+        X, gl, gp = _population_terms(pop, model, compile_kwargs)
     X, gl, gp = (a.reshape(n_chain, n_draw, w, -1) for a in (X, gl, gp))
     chain = np.repeat(np.arange(n_chain), n_draw)
     rungs = [(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
@@ -246,17 +242,14 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     return res
 
 
-def _population_terms(pop, model, compile_kwargs, n):
+def _population_terms(pop, model, compile_kwargs):
     import pymc as pm
 
+    from ..adapters.population import value_draws
+
     model = pm.modelcontext(model)
-    missing = [v.name for v in model.value_vars if v.name not in pop]
-    if missing:
-        raise ValueError(f"the population group has no {missing} (the model's value variables) and no "
-                         "samples/grad_loglik/grad_logprior; pass the model the run was sampled from.")
+    vals = value_draws(pop, model, ("chain", "draw", "temperature"))
     terms, _ = _compiled(model, compile_kwargs, need_nuts=False)
-    vals = [np.asarray(pop[v.name].transpose("chain", "draw", "temperature", ...).values).reshape(
-        (n,) + tuple(pop[v.name].shape[3:])) for v in model.value_vars]
     _, X, gl, gp, _ = _terms_of(vals, terms, None)
     return X, gl, gp
 
