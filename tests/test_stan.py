@@ -136,9 +136,11 @@ def test_thermodynamic_integration_from_pystan_fits():
     fits = []
     for i, ti in enumerate(t):
         post = stan.build(program, data={**data, "temperature": float(ti)}, random_seed=i)
-        fits.append(post.sample(num_chains=2, num_samples=100, num_warmup=300))
+        fits.append(post.sample(num_chains=2, num_samples=500, num_warmup=300))
     res = ti_from_pystan(fits, program, data, t, method="cti", progressbar=False)
-    # log p(y|x) is quadratic and every rung Gaussian: ZV-CVs leave only the quadrature error
+    # log p(y|x) is quadratic and every rung Gaussian, so ZV-CVs make the rung means exact; the
+    # variances in the trapezoid's correction are quartic and keep a sampling error: with 100 draws
+    # per chain one badly mixed rung moved the result by 0.011 (exact moments: 0.003 off)
     assert abs(res.log_evidence - truth) < 0.01
     assert abs(res.log_evidence - truth) <= 3 * res.se + 1e-3
     assert abs(res.log_evidence - truth) < abs(res.mc_log_evidence - truth)
