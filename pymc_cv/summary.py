@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import compat
+from .cluster import check_client
 from .core import cv_estimate, vvcv_estimate
 from .core.score_check import apply_stein_check
 from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
@@ -117,7 +118,8 @@ def _plain_mcse(values):
 
 
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
-            metacv=None, check_scores=True, return_results=False, progressbar=True, compile_kwargs=None, **options):
+            metacv=None, check_scores=True, return_results=False, progressbar=True, compile_kwargs=None,
+            client=None, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
     Parameters
@@ -167,6 +169,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     compile_kwargs : dict, optional
         Passed to :func:`compute_scores` when the scores are computed here (e.g.
         ``{"mode": "NUMBA"}`` for a model with an ODE solver).
+    client : dask.distributed.Client, optional
+        Fit the units of the table (the scalar rows together, each task group, with
+        ``tasks="chain"`` each quantity) on the cluster's workers; the draws and scores are sent
+        to every worker once.  The same table as without it.
     **options
         Passed on to :func:`cv_estimate` / :func:`vvcv_estimate` (``kernel``, ``nugget``,
         ``folds``, ``random_seed``, ...).
@@ -202,6 +208,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     if compile_kwargs is not None and not isinstance(compile_kwargs, Mapping):
         raise TypeError(f"`compile_kwargs` must be a dict of pytensor.function options; got "
                         f"{type(compile_kwargs).__name__}.")
+    if check_client(client) is not None and tasks == "temperature":
+        raise ValueError("client= is not used with tasks='temperature' (one joint fit per quantity); drop it, or "
+                         "distribute the sampling with sample_population(..., client=client).")
     if tasks == "temperature":
         table, results = _temperature_table(idata, var_names, model, method, B, check_scores, progressbar,
                                             compile_kwargs, options)
@@ -214,20 +223,18 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     flagged = _run_wide_checks(idata, X, S, check_scores, per_chain=tasks == "chain")
     rows, groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
     every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
-    fitter = _RowFitter(X, S, cv_opts, vv_opts, B, metacv, options.get("random_seed", 0))
-    units = _units(tasks, method, rows, groups, every_row)
-    records = []
-    with progress_bar(progressbar) as bar:
-        task_id = bar.add_task("Control variates", completed=0, total=max(sum(len(u[0]) for u in units), 1))
-        for labels, vals, how in units:
-            if labels:
-                records += fitter.run(how, labels, vals, method)
-            bar.advance(task_id, len(vals))
+    settings = (cv_opts, vv_opts, B, metacv, options.get("random_seed", 0), method)
+    units = [u for u in _units(tasks, method, rows, groups, every_row) if u[0]]
+    fitted = _fit_units(X, S, settings, units, client, progressbar)
+    records, results = [], _ResultsByRow()
+    for recs, res in fitted:
+        records += recs
+        results.update(res)
     if tasks != "chain":
         order = {label: i for i, (label, _) in enumerate(every_row)}
         records.sort(key=lambda r: order[r[0]])
-    table = _table(records, fitter.results, flagged)
-    return (table, dict(fitter.results)) if return_results else table
+    table = _table(records, results, flagged)
+    return (table, dict(results)) if return_results else table
 
 
 def _with_scores(idata, model, progressbar, compile_kwargs=None):
@@ -264,6 +271,30 @@ def _units(tasks, method, rows, groups, every_row):
     units = [([lab for lab, _ in rows] + [lab for labels, _ in alone for lab in labels],
               [v for _, v in rows] + [v for _, vals in alone for v in vals], "together")]
     return units + [(labels, vals, joint) for labels, vals in groups if joint is not None and len(vals) > 1]
+
+
+def _fit_units(X, S, settings, units, client, progressbar):
+    if client is None:
+        fitted = []
+        with progress_bar(progressbar) as bar:  # one step per row
+            task_id = bar.add_task("Control variates", completed=0, total=max(sum(len(u[0]) for u in units), 1))
+            for unit in units:
+                fitted.append(_fit_unit(X, S, settings, unit))
+                bar.advance(task_id, len(unit[1]))
+        return fitted
+    from .cluster import map_units
+
+    return map_units(_fit_unit, units, shared=(X, S, settings), client=client, progressbar=progressbar,
+                     description="Control variates")
+
+
+def _fit_unit(X, S, settings, unit):
+    """One unit (labels, values, how) of a summary -> (table rows, {label: (CVResult, index)});
+    a pure function of its arguments, run here or on a dask worker."""
+    cv_opts, vv_opts, B, metacv, seed, method = settings
+    labels, vals, how = unit
+    fitter = _RowFitter(X, S, cv_opts, vv_opts, B, metacv, seed)
+    return fitter.run(how, labels, vals, method), dict(fitter.results)
 
 
 class _RowFitter:

@@ -22,7 +22,7 @@ import numpy as np
 from .. import compat
 
 __all__ = ["sample_population", "run_population", "population_draws", "population_group", "value_draws",
-           "POPULATION"]
+           "POPULATION", "population_chain"]
 
 POPULATION = "population"
 
@@ -99,7 +99,7 @@ def _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task):
 
 
 def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, chains=2, swap_every=1,
-                      random_seed=None, progressbar=True, compile_kwargs=None):
+                      random_seed=None, progressbar=True, compile_kwargs=None, client=None):
     """Sample every power posterior of ``model`` at once by population MCMC with exchange moves.
 
     Parameters
@@ -120,6 +120,9 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     progressbar : bool
     compile_kwargs : dict, optional
         For the NUTS step and the per-draw terms, e.g. ``{"mode": "NUMBA"}``.
+    client : dask.distributed.Client, optional
+        Run the chains on the cluster's workers (a chain's walkers are coupled by the exchanges,
+        so the unit is a chain); the same seed gives the same draws with or without it.
 
     Returns
     -------
@@ -143,7 +146,8 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     """
     import pymc as pm
 
-    from .pymc_tempering import TemperedSampler
+    from ..cluster import check_client
+    from .pymc_tempering import compiled
 
     model = pm.modelcontext(model)
     t = _population_ladder(temperatures)
@@ -152,25 +156,48 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
             raise ValueError(f"{name}={val!r}; use a positive integer.")
     if int(tune) != tune or tune < 0:
         raise ValueError(f"tune={tune!r}; use a non-negative integer.")
-    return run_population(TemperedSampler(model, compile_kwargs), t, draws=int(draws), tune=int(tune),
-                          chains=int(chains), swap_every=int(swap_every), random_seed=random_seed,
-                          progressbar=progressbar, compile_kwargs=compile_kwargs)
+    # with a client the chains' sampler is compiled on the workers, not here
+    sampler = model if check_client(client) is not None else compiled(model, compile_kwargs, need_nuts=True)[1]
+    return run_population(sampler, t, draws=int(draws), tune=int(tune), chains=int(chains),
+                          swap_every=int(swap_every), random_seed=random_seed, progressbar=progressbar,
+                          compile_kwargs=compile_kwargs, client=client)
 
 
 def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, random_seed, progressbar,
-                   compile_kwargs):
-    """:func:`sample_population` with a :class:`~pymc_cv.adapters.pymc_tempering.TemperedSampler` that is
-    already compiled (thermodynamic_integration keeps one per model) and a validated ladder."""
-    from ..progress import progress_bar
+                   compile_kwargs, client=None):
+    """:func:`sample_population` with a validated ladder and either a compiled
+    :class:`~pymc_cv.adapters.pymc_tempering.TemperedSampler` (thermodynamic_integration keeps one
+    per model) or the model, whose sampler is then compiled where the chains run."""
+    from ..cluster import map_units
+    from .pymc_tempering import TemperedSampler
 
+    model = sampler.source if isinstance(sampler, TemperedSampler) else sampler
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(random_seed).spawn(chains)]
-    runs = []
-    with progress_bar(progressbar) as bar:
-        task = bar.add_task(f"Population MCMC, {temperatures.size} temperatures", completed=0,
-                            total=chains * (draws + tune))
-        for seed in seeds:
-            runs.append(_run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task))
-    return _to_inference_data(sampler.model, temperatures, runs, compile_kwargs)
+    settings = (model, compile_kwargs, temperatures, draws, tune, swap_every)
+    if client is None and isinstance(sampler, TemperedSampler):
+        from ..progress import progress_bar
+
+        runs = []
+        with progress_bar(progressbar) as bar:  # one step per iteration of the population
+            task = bar.add_task(f"Population MCMC, {temperatures.size} temperatures", completed=0,
+                                total=chains * (draws + tune))
+            for seed in seeds:
+                runs.append(_run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task))
+    else:
+        runs = map_units(population_chain, seeds, shared=settings, client=client, progressbar=progressbar,
+                         description=f"Population MCMC chains, {temperatures.size} temperatures")
+    return _to_inference_data(model, temperatures, runs, compile_kwargs)
+
+
+def population_chain(model, compile_kwargs, temperatures, draws, tune, swap_every, seed):
+    """One population chain of ``model`` from ``seed``: the unit of work on a dask worker (the
+    walkers of a chain are coupled by the exchanges, so a chain is never split)."""
+    from ..progress import progress_bar
+    from .pymc_tempering import compiled
+
+    _, sampler = compiled(model, compile_kwargs, need_nuts=True)
+    with progress_bar(False) as bar:
+        return _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, 0)
 
 
 def _population_ladder(temperatures):

@@ -2,19 +2,22 @@
 
 The tempered model is a clone of the user's model with a Potential (t - 1) log p(y|x), t a
 shared variable: NUTS is compiled once and every rung only changes t (a new compile per rung
-costs seconds; a rung of a small model samples in a fraction of one).  The step's adapted mass
-matrix carries over from one rung to the next, a warm start for neighbouring temperatures.
+costs seconds; a rung of a small model samples in a fraction of one).  ``pm.sample`` resets the
+step's adaptation at the start of every chain, so a rung's draws depend only on its temperature and
+seed, not on which rungs the step sampled before: rungs can run in any order, on any worker.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 
 import numpy as np
 
 from .pymc import _batch_input, _batched, _check_model
 
-__all__ = ["check_temperable", "TemperedSampler", "loglik_terms"]
+__all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
+           "sample_rung", "smc_rungs"]
 
 TEMPERATURE = "pymc_cv_temperature"
 
@@ -42,6 +45,7 @@ class TemperedSampler:
         from pymc.model.fgraph import clone_model
 
         check_temperable(model)
+        self.source = model  # the user's model: names, dims and the posterior's deterministics
         self.model = clone_model(model)
         self.temperature = pytensor.shared(np.float64(1.0), name=TEMPERATURE)
         self._compile_kwargs = dict(compile_kwargs or {})
@@ -110,6 +114,57 @@ def loglik_terms(model, compile_kwargs=None):
         return np.asarray(out[0], dtype=float), np.concatenate(flat[:k], axis=1), np.concatenate(flat[k:], axis=1)
 
     return terms
+
+
+# compiled per-draw terms and NUTS step per model and compile options: a model with an ODE takes
+# a minute to compile in Numba, a replication of TI seconds to sample.  On a dask worker the
+# model is the scattered copy, so the worker compiles once for all the units it runs.
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def compiled(model, compile_kwargs=None, need_nuts=True):
+    """(terms, tempered): :func:`loglik_terms` and a :class:`TemperedSampler` (None unless
+    ``need_nuts``) of ``model``, built once per model and compile options."""
+    key = repr(sorted((compile_kwargs or {}).items()))
+    cache = _COMPILED.setdefault(model, {})
+    terms, tempered = cache.get(key, (None, None))
+    if terms is None:
+        terms = loglik_terms(model, compile_kwargs)  # gradient graphs before any compile (scan models)
+    if tempered is None and need_nuts:
+        tempered = TemperedSampler(model, compile_kwargs)
+    cache[key] = (terms, tempered)
+    return terms, tempered
+
+
+def rung_arrays(vals, terms, chain):
+    """(loglik, samples, grad_loglik, grad_logprior, chain) of value-variable draws ``vals``."""
+    ll, gl, gp = terms(*vals)
+    X = np.concatenate([v.reshape(v.shape[0], -1) for v in vals], axis=1).astype(float)
+    return ll, X, gl, gp, chain
+
+
+def rung_arrays_of(idata, model, terms):
+    """:func:`rung_arrays` of one rung's InferenceData (scores computed when it has none)."""
+    from .. import compat
+    from .pymc import compute_scores
+
+    post = compat.group(idata, "posterior")
+    if not all(v.name in post for v in model.value_vars):
+        idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
+        post = compat.group(idata, "unconstrained_posterior")
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    vals = [np.asarray(post[v.name].transpose("chain", "draw", ...).values).reshape((n_chain * n_draw,)
+            + tuple(post[v.name].shape[2:])) for v in model.value_vars]
+    return rung_arrays(vals, terms, np.repeat(np.arange(n_chain), n_draw))
+
+
+def sample_rung(model, compile_kwargs, draws, tune, chains, rung):
+    """One unit of thermodynamic integration: ``rung`` = (temperature, seed) -> its
+    :func:`rung_arrays`.  A pure function of its arguments, run here or on a dask worker."""
+    temperature, seed = rung
+    terms, tempered = compiled(model, compile_kwargs, need_nuts=True)
+    return rung_arrays_of(tempered.sample(temperature, draws, tune, chains, seed), model, terms)
+
 
 def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5):
     """Run PyMC's SMC (IMH kernel) and keep the particles of every tempering stage.

@@ -12,7 +12,6 @@ Three entry points share one estimator:
 from __future__ import annotations
 
 import time
-import weakref
 
 import numpy as np
 
@@ -158,21 +157,6 @@ def _rung_seeds(random_seed, w):
     return [int(child.generate_state(1)[0]) for child in np.random.SeedSequence(random_seed).spawn(w)]
 
 
-def _draws_of(idata, model, terms):
-    """(loglik, samples, grad_loglik, grad_logprior, chain) of one rung's InferenceData."""
-    from .. import compat
-    from ..adapters.pymc import compute_scores
-
-    post = compat.group(idata, "posterior")
-    if not all(v.name in post for v in model.value_vars):
-        idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
-        post = compat.group(idata, "unconstrained_posterior")
-    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
-    vals = [np.asarray(post[v.name].transpose("chain", "draw", ...).values).reshape((n_chain * n_draw,)
-            + tuple(post[v.name].shape[2:])) for v in model.value_vars]
-    return _terms_of(vals, terms, np.repeat(np.arange(n_chain), n_draw))
-
-
 # an exchange acceptance rate below this between neighbouring rungs: states barely travel along the
 # ladder there, so the population is no better than independent chains at that step
 _LOW_EXCHANGE = 0.1
@@ -246,11 +230,12 @@ def _population_terms(pop, model, compile_kwargs):
     import pymc as pm
 
     from ..adapters.population import value_draws
+    from ..adapters.pymc_tempering import compiled, rung_arrays
 
     model = pm.modelcontext(model)
     vals = value_draws(pop, model, ("chain", "draw", "temperature"))
-    terms, _ = _compiled(model, compile_kwargs, need_nuts=False)
-    _, X, gl, gp, _ = _terms_of(vals, terms, None)
+    terms, _ = compiled(model, compile_kwargs, need_nuts=False)
+    _, X, gl, gp, _ = rung_arrays(vals, terms, None)
     return X, gl, gp
 
 
@@ -315,14 +300,14 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     >>> bool(abs(res.log_evidence - exact) < 3 * res.se < 0.1)
     True
     """
-    from ..adapters.pymc_tempering import loglik_terms
+    from ..adapters.pymc_tempering import loglik_terms, rung_arrays_of
 
     t = np.asarray(temperatures, dtype=float)
     if len(idatas) != t.size:
         raise ValueError(f"{len(idatas)} InferenceData for {t.size} temperatures; pass one per rung.")
     start = time.perf_counter()
     terms = loglik_terms(model, compile_kwargs)
-    rungs = [_draws_of(idata, model, terms) for idata in idatas]
+    rungs = [rung_arrays_of(idata, model, terms) for idata in idatas]
     return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
                            terms=time.perf_counter() - start)
 
@@ -399,7 +384,7 @@ def _ladder(temperatures):
 def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, chains=2, method="vvcv",
                               rule="corrected", sampler="nuts", random_seed=None, group_size=4, B="learn",
                               target_cess=0.9, max_rungs=64, progressbar=True, compile_kwargs=None,
-                              **options):
+                              client=None, **options):
     """Log evidence of a PyMC model by thermodynamic integration with control variates.
 
     Samples the power posteriors p_t(x) ~ p(y|x)^t p(x) (likelihood terms, i.e. the observed
@@ -434,6 +419,10 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     progressbar : bool
     compile_kwargs : dict, optional
         For NUTS and the per-draw terms, e.g. ``{"mode": "NUMBA"}`` for ODE models with a scan.
+    client : dask.distributed.Client, optional
+        Sample the rungs (``sampler="nuts"``) or the chains (``sampler="population"``, whose
+        walkers are coupled) on the cluster's workers; the same seed gives the same numbers
+        with or without it.  The CVs run here.
     **options : passed to the CV estimators.
 
     Returns
@@ -453,8 +442,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
     True
     """
-    from ..adapters.pymc_tempering import check_temperable
-    from ..progress import progress_bar
+    from ..adapters.pymc_tempering import check_temperable, compiled, rung_arrays
+    from ..cluster import check_client
 
     check_temperable(model)
     if sampler not in ("nuts", "smc", "population"):
@@ -462,48 +451,59 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     for name, val in (("draws", draws), ("chains", chains)):
         if int(val) != val or val < 1:
             raise ValueError(f"{name}={val!r}; use a positive integer.")
+    if check_client(client) is not None and sampler == "smc":
+        raise ValueError("client= distributes rungs (sampler='nuts') or chains (sampler='population'); the "
+                         "stages of SMC depend on each other. Drop client or choose another sampler.")
     start = time.perf_counter()
-    terms, tempered = _compiled(model, compile_kwargs, need_nuts=sampler != "smc")
+    # with a client the workers compile what they sample with; here only what the CVs need
+    terms, tempered = compiled(model, compile_kwargs, need_nuts=sampler != "smc" and client is None)
     compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if sampler == "population":
         return _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed,
-                              group_size, B, progressbar, compile_kwargs, options, compile_seconds)
+                              group_size, B, progressbar, compile_kwargs, options, compile_seconds, client)
     if sampler == "smc":
         from ..adapters.pymc_tempering import smc_rungs
 
         t, rungs = smc_rungs(model, draws=int(draws), random_seed=random_seed, progressbar=progressbar)
-        rungs = [_terms_of(vals, terms, np.zeros(vals[0].shape[0], dtype=int)) for vals in rungs]
+        rungs = [rung_arrays(vals, terms, np.zeros(vals[0].shape[0], dtype=int)) for vals in rungs]
     else:
-        t, adaptive = _ladder(temperatures)
-        rungs = {}
-
-        def run(ladder):
-            todo = [ti for ti in ladder if ti not in rungs]
-            seeds = {ti: s for ti, s in zip(ladder, _rung_seeds(random_seed, len(ladder)))}
-            with progress_bar(progressbar) as bar:
-                task = bar.add_task("Sampling power posteriors", completed=0, total=len(todo))
-                for ti in todo:
-                    # a rung's seed depends on its temperature's place in the first ladder it appeared in
-                    idata = tempered.sample(ti, int(draws), int(tune), int(chains), seeds[ti])
-                    rungs[ti] = _draws_of(idata, model, terms)
-                    bar.advance(task, 1)
-
-        run(t)
-        while adaptive and t.size < max_rungs:
-            new = refine_ladder(t, [rungs[ti][0] for ti in t], target_cess=target_cess, max_new=max_rungs - t.size)
-            if new.size == 0:
-                break
-            t = np.sort(np.concatenate([t, new]))
-            run(t)
-        rungs = [rungs[ti] for ti in t]
+        t, rungs = _nuts_rungs(model, temperatures, int(draws), int(tune), int(chains), random_seed, target_cess,
+                               max_rungs, progressbar, compile_kwargs, client)
     return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
                            0 if random_seed is None else random_seed, options,
                            sampling=time.perf_counter() - start, compile=compile_seconds)
 
 
+def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_cess, max_rungs, progressbar,
+                compile_kwargs, client):
+    """The ladder and its rungs' arrays, each rung an independent NUTS run (here or on ``client``)."""
+    from ..adapters.pymc_tempering import sample_rung
+    from ..cluster import map_units
+
+    t, adaptive = _ladder(temperatures)
+    rungs = {}
+
+    def run(ladder):
+        # a rung's seed depends on its temperature's place in the first ladder it appeared in
+        seeds = dict(zip(ladder, _rung_seeds(random_seed, len(ladder))))
+        todo = [(ti, seeds[ti]) for ti in ladder if ti not in rungs]
+        out = map_units(sample_rung, todo, shared=(model, compile_kwargs, draws, tune, chains), client=client,
+                        progressbar=progressbar, description="Sampling power posteriors")
+        rungs.update({ti: arrays for (ti, _), arrays in zip(todo, out)})
+
+    run(t)
+    while adaptive and t.size < max_rungs:
+        new = refine_ladder(t, [rungs[ti][0] for ti in t], target_cess=target_cess, max_new=max_rungs - t.size)
+        if new.size == 0:
+            break
+        t = np.sort(np.concatenate([t, new]))
+        run(t)
+    return t, [rungs[ti] for ti in t]
+
+
 def _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed, group_size, B,
-                   progressbar, compile_kwargs, options, compile_seconds):
+                   progressbar, compile_kwargs, options, compile_seconds, client):
     from ..adapters.population import _population_ladder, run_population
 
     if isinstance(temperatures, str):
@@ -511,37 +511,12 @@ def _ti_population(model, tempered, temperatures, draws, tune, chains, method, r
                          "sampler='population' give the ladder (an int or an array).")
     t = _population_ladder(power_ladder(31) if temperatures is None else temperatures)
     start = time.perf_counter()
-    idata = run_population(tempered, t, draws=int(draws), tune=int(tune), chains=int(chains), swap_every=1,
-                           random_seed=random_seed, progressbar=progressbar, compile_kwargs=compile_kwargs)
+    idata = run_population(model if tempered is None else tempered, t, draws=int(draws), tune=int(tune),
+                           chains=int(chains), swap_every=1, random_seed=random_seed, progressbar=progressbar,
+                           compile_kwargs=compile_kwargs, client=client)
     sampling = time.perf_counter() - start
     res = ti_from_population(idata, model, method=method, rule=rule, group_size=group_size, B=B,
                              progressbar=progressbar, compile_kwargs=compile_kwargs,
                              random_seed=0 if random_seed is None else random_seed, **options)
     res.seconds.update(sampling=sampling, compile=compile_seconds)
     return res
-
-
-# compiled per-draw terms and NUTS step per model and compile options: a model with an ODE takes
-# a minute to compile in Numba, a replication of TI seconds to sample.  pm.sample resets the
-# step's adaptation at the start of every chain, so reuse does not change the draws.
-_COMPILED = weakref.WeakKeyDictionary()
-
-
-def _compiled(model, compile_kwargs, need_nuts):
-    from ..adapters.pymc_tempering import TemperedSampler, loglik_terms
-
-    key = repr(sorted((compile_kwargs or {}).items()))
-    cache = _COMPILED.setdefault(model, {})
-    terms, tempered = cache.get(key, (None, None))
-    if terms is None:
-        terms = loglik_terms(model, compile_kwargs)  # gradient graphs before any compile (scan models)
-    if tempered is None and need_nuts:
-        tempered = TemperedSampler(model, compile_kwargs)
-    cache[key] = (terms, tempered)
-    return terms, tempered
-
-
-def _terms_of(vals, terms, chain):
-    ll, gl, gp = terms(*vals)
-    X = np.concatenate([v.reshape(v.shape[0], -1) for v in vals], axis=1).astype(float)
-    return ll, X, gl, gp, chain

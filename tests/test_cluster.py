@@ -1,0 +1,108 @@
+"""client= : rungs, chains and summary units on a dask.distributed LocalCluster give the serial numbers."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_cv
+from pymc_cv.cluster import check_client, map_units
+
+distributed = pytest.importorskip("distributed")
+
+# one cluster for the module, and the module on one xdist worker: two worker processes per test
+# run are what the cores hold
+pytestmark = pytest.mark.xdist_group("dask")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def _normal_model():
+    # x ~ N(0, 2^2), y_i ~ N(x, 1): the evidence is a multivariate normal density
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 2)
+        pm.Normal("y", x, 1, observed=np.array([0.3, 1.1, 0.8]))
+    return model
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_without_client_distributed_is_not_imported():
+    # (dask itself is: xarray imports it when installed)
+    code = ("import numpy as np, pymc as pm, pymc_cv, sys\n"
+            "with pm.Model() as m:\n"
+            "    x = pm.Normal('x', 0, 1)\n"
+            "    pm.Normal('y', x, 1, observed=np.zeros(3))\n"
+            "    idata = pm.sample(50, tune=50, chains=2, cores=1, progressbar=False, random_seed=0)\n"
+            "pymc_cv.summary(idata, model=m, method='zv', progressbar=False)\n"
+            "print('distributed' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_client_must_be_a_dask_client():
+    assert check_client(None) is None
+    with pytest.raises(TypeError, match="dask.distributed.Client"):
+        check_client("tcp://127.0.0.1:8786")
+    with pytest.raises(TypeError, match="client"):
+        map_units(abs, [1], client=object())
+
+
+def test_map_units_keeps_the_order_and_workers_use_one_blas_thread(client):
+    assert map_units(pow, [0, 1, 2, 3], shared=(2,), client=client) == [1, 2, 4, 8]
+    assert map_units(pow, [0, 1, 2, 3], shared=(2,)) == [1, 2, 4, 8]
+    threads = client.run(_blas_threads)
+    assert len(threads) == 2 and all(t and max(t) == 1 for t in threads.values())
+
+
+def test_summary_units_on_the_cluster_give_the_serial_table(client):
+    model = _normal_model()
+    idata = pm.sample(200, tune=200, chains=2, cores=1, model=model, random_seed=0, progressbar=False)
+    serial = pymc_cv.summary(idata, model=model, tasks="chain", progressbar=False)
+    remote = pymc_cv.summary(idata, model=model, tasks="chain", progressbar=False, client=client)
+    assert list(remote.index) == ["x (chain 0)", "x (chain 1)"]
+    np.testing.assert_allclose(remote[["cv_mean", "cv_mcse"]].to_numpy(), serial[["cv_mean", "cv_mcse"]].to_numpy(),
+                               rtol=0, atol=1e-8)
+    # exact posterior mean 2.2 / (3 + 1/4): every chain's vv-CV is on it
+    np.testing.assert_allclose(remote["cv_mean"], 2.2 / 3.25, atol=1e-6)
+    with pytest.raises(ValueError, match="tasks='temperature'"):
+        pymc_cv.summary(idata, model=model, tasks="temperature", client=client, progressbar=False)
+
+
+@pytest.mark.slow
+def test_thermodynamic_integration_on_the_cluster_gives_the_serial_log_evidence(client):
+    from scipy import stats
+
+    model = _normal_model()
+    kw = dict(draws=100, tune=200, method="cti", random_seed=3, progressbar=False)
+    serial = pymc_cv.thermodynamic_integration(model, 8, **kw)
+    remote = pymc_cv.thermodynamic_integration(model, 8, client=client, **kw)
+    assert abs(remote.log_evidence - serial.log_evidence) < 1e-8
+    np.testing.assert_allclose(remote.draws["samples"][3], serial.draws["samples"][3], rtol=0, atol=1e-10)
+    truth = stats.multivariate_normal(np.zeros(3), np.eye(3) + 4.0).logpdf([0.3, 1.1, 0.8])
+    assert abs(remote.log_evidence - truth) < 3 * remote.se + 0.01
+    with pytest.raises(ValueError, match="SMC"):
+        pymc_cv.thermodynamic_integration(model, 8, sampler="smc", client=client, progressbar=False)
+
+
+@pytest.mark.slow
+def test_population_chains_on_the_cluster_give_the_serial_draws(client):
+    model = _normal_model()
+    kw = dict(draws=60, tune=60, chains=2, random_seed=1, progressbar=False)
+    serial = pymc_cv.sample_population(model, 4, **kw)
+    remote = pymc_cv.sample_population(model, 4, client=client, **kw)
+    for group, name in (("posterior", "x"), ("population", "loglik"), ("sample_stats", "exchange_accept")):
+        a = np.asarray(pymc_cv.compat.group(serial, group)[name].values)
+        b = np.asarray(pymc_cv.compat.group(remote, group)[name].values)
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-10, equal_nan=True)
