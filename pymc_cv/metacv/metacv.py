@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from ..cluster import check_client
 from ..core.finalize import Candidate, finalize
 from ..core.score_check import apply_stein_check
 from ..core.validation import check_chain, check_task
@@ -286,7 +287,20 @@ class MetaCV:
             resid_chain.append(None if c is None else c[used[order]])
         return est, heldout, resid_chain
 
-    def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True, check_scores=True):
+    def _heldout_on(self, tasks, crossfit, client):
+        """:meth:`_heldout_residuals`, here or in chunks of tasks on the workers of ``client``."""
+        if client is None:
+            return self._heldout_residuals(tasks, crossfit)
+        from ..cluster import map_units
+
+        # a few chunks per worker balance uneven tasks; within a chunk tasks still adapt in batches
+        n_chunks = min(len(tasks), 4 * max(len(client.scheduler_info()["workers"]), 1))
+        chunks = [[tasks[i] for i in idx] for idx in np.array_split(np.arange(len(tasks)), n_chunks)]
+        parts = map_units(_heldout_chunk, chunks, shared=(self, crossfit), client=client)
+        return tuple([x for part in parts for x in part[k]] for k in range(3))
+
+    def estimate(self, values, samples, scores, *, chain=None, crossfit=True, fallback=True, check_scores=True,
+                 client=None):
         """Estimate E[f] for one task, or for many (sequences of per-task arrays).
 
         Parameters
@@ -303,6 +317,9 @@ class MetaCV:
         check_scores : bool
             Check each task's scores against its draws (see :func:`pymc_cv.cv_estimate`); with
             the few draws of a meta-task only a gross failure counts (an error).
+        client : dask.distributed.Client, optional
+            Adapt the network to the tasks on the cluster's workers (chunks of tasks; the fitted
+            MetaCV is sent to every worker once).  The same numbers as without it.
 
         Returns
         -------
@@ -317,7 +334,7 @@ class MetaCV:
             chain = [None] * len(values)
         tasks = self._check_tasks(values, samples, scores, chain)
         score_notes, flagged = _score_notes(tasks, samples, scores) if check_scores else ([], [])
-        est, heldout, resid_chain = self._heldout_residuals(tasks, crossfit)
+        est, heldout, resid_chain = self._heldout_on(tasks, crossfit, check_client(client))
         cand = Candidate("metacv", np.array(est), heldout, heldout, None,
                          {"support_size": self.support_size_, "inner_steps": self.inner_steps},
                          resid_chain=resid_chain)
@@ -364,3 +381,8 @@ class MetaCV:
         if obj.theta_.size != n_params(obj.d_, obj.hidden):
             raise ValueError(f"{path}: the stored parameters do not match hidden={obj.hidden} and d={obj.d_}.")
         return obj
+
+
+def _heldout_chunk(metacv, crossfit, tasks):
+    """A unit of :meth:`MetaCV.estimate` on a dask worker: held-out residuals of some tasks."""
+    return metacv._heldout_residuals(tasks, crossfit)
