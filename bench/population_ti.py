@@ -5,13 +5,16 @@ Two models whose likelihood has many local modes in the frequency of a sinusoid 
 each of 5 seeds, the same ladder (16 rungs of the power ladder) and the same draws per rung:
 
 - ``population``: ``thermodynamic_integration(..., sampler="population")`` (exchange moves);
-- ``nuts``: an independent NUTS run per rung (``sampler="nuts"``).
+- ``nuts``: an independent NUTS run per rung (``sampler="nuts"``);
+- ``population-adapted`` (with ``--samplers``): population MCMC on a ladder moved by a pilot to even
+  exchange rates (``adapt_temperatures=True``; the pilot's seconds count as sampling).
 
 Prints per run the error, the se, |error| / se, whether the result is flagged unreliable, and the
 sampling seconds; then per model the ratio of sampling seconds population / NUTS per rung.
 
     python bench/population_ti.py            # 5 seeds, 400 draws + 300 tuning per rung
     python bench/population_ti.py --draws 1500 --samplers population
+    python bench/population_ti.py --samplers population,population-adapted
 """
 
 from __future__ import annotations
@@ -78,9 +81,10 @@ def main():
         model, exact = build(y)
         for sampler in samplers:
             for seed in range(1, args.seeds + 1):
+                how = ({"sampler": "population", "adapt_temperatures": True} if sampler == "population-adapted"
+                       else {"sampler": sampler})
                 res = pymc_cv.thermodynamic_integration(model, args.rungs, draws=args.draws, tune=args.tune,
-                                                        sampler=sampler, method="mc", random_seed=seed,
-                                                        progressbar=False)
+                                                        method="mc", random_seed=seed, progressbar=False, **how)
                 start = time.perf_counter()
                 vv = ti_from_arrays(res.temperatures, res.draws["loglik"], res.draws["samples"],
                                     res.draws["grad_loglik"], res.draws["grad_logprior"], chain=res.draws["chain"],

@@ -168,3 +168,42 @@ def test_summary_passes_compile_kwargs_to_the_scores():
     assert abs(table.loc["mu", "cv_mean"] - 200 / 201) < 1e-6
     with pytest.raises(TypeError, match="compile_kwargs"):
         pymc_cv.summary(idata, ["mu"], model=model, compile_kwargs="NUMBA", progressbar=False)
+
+
+def test_even_exchange_ladder_moves_rungs_to_where_swaps_fail():
+    from pymc_cv.evidence.ladder import even_exchange_ladder
+
+    t = np.linspace(0, 1, 5)
+    new = even_exchange_ladder(t, [0.8, 0.1, 0.05, 0.05])
+    assert new[0] == 0 and new[-1] == 1 and np.all(np.diff(new) > 0)
+    assert new[1] < t[1] and new[2] < t[1]  # most of the barrier lies below t = 0.25
+    # equal rejection rates keep an evenly spaced ladder; nothing measured keeps any ladder
+    np.testing.assert_allclose(even_exchange_ladder(t, [0.3] * 4), t)
+    np.testing.assert_array_equal(even_exchange_ladder(t, [np.nan] * 4), t)
+    with pytest.raises(ValueError, match="one rate per neighbouring pair"):
+        even_exchange_ladder(t, [0.1, 0.2])
+
+
+def test_adapted_ladder_evens_out_the_exchange_rates():
+    # 40 observations make the power posteriors narrow fast: an even ladder has swaps that nearly
+    # always fail near t = 0 and nearly always succeed near t = 1
+    y = np.random.default_rng(0).normal(0.5, 1.0, 40)
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 3)
+        pm.Normal("y", x, 1, observed=y)
+    t = np.linspace(0, 1, 6)
+    kw = dict(draws=300, tune=300, chains=2, random_seed=4, progressbar=False)
+    fixed = pymc_cv.sample_population(model, t, **kw)
+    adapted = pymc_cv.sample_population(model, t, adapt_temperatures=True, **kw)
+
+    def rates(idata):
+        acc = np.asarray(compat.group(idata, "sample_stats")["exchange_accept"].values)
+        return np.nanmean(acc.reshape(-1, acc.shape[-1]), axis=0)
+
+    new_t = np.asarray(compat.group(adapted, "population")["temperature"].values)
+    assert new_t[0] == 0 and new_t[-1] == 1 and np.all(np.diff(new_t) > 0) and new_t[1] < t[1]
+    assert rates(adapted).min() > rates(fixed).min() + 0.1
+    assert np.ptp(rates(adapted)) < 0.5 * np.ptp(rates(fixed))
+    # the same seed gives the same ladder
+    again = pymc_cv.sample_population(model, t, adapt_temperatures=True, **kw)
+    np.testing.assert_array_equal(np.asarray(compat.group(again, "population")["temperature"].values), new_t)

@@ -99,7 +99,8 @@ def _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task):
 
 
 def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, chains=2, swap_every=1,
-                      random_seed=None, progressbar=True, compile_kwargs=None, client=None):
+                      random_seed=None, progressbar=True, compile_kwargs=None, client=None,
+                      adapt_temperatures=False):
     """Sample every power posterior of ``model`` at once by population MCMC with exchange moves.
 
     Parameters
@@ -123,6 +124,11 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     client : dask.distributed.Client, optional
         Run the chains on the cluster's workers (a chain's walkers are coupled by the exchanges,
         so the unit is a chain); the same seed gives the same draws with or without it.
+    adapt_temperatures : bool
+        Before the chains, a pilot of ``tune // 2`` iterations of one population in three rounds,
+        each moving the inner rungs so that neighbours exchange equally often (Syed et al. 2022:
+        equal steps of the cumulative rejection rate).  The chains then run on that ladder, which
+        is the ``temperature`` coordinate of the result.
 
     Returns
     -------
@@ -160,11 +166,11 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     sampler = model if check_client(client) is not None else compiled(model, compile_kwargs, need_nuts=True)[1]
     return run_population(sampler, t, draws=int(draws), tune=int(tune), chains=int(chains),
                           swap_every=int(swap_every), random_seed=random_seed, progressbar=progressbar,
-                          compile_kwargs=compile_kwargs, client=client)
+                          compile_kwargs=compile_kwargs, client=client, adapt_temperatures=bool(adapt_temperatures))
 
 
 def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, random_seed, progressbar,
-                   compile_kwargs, client=None):
+                   compile_kwargs, client=None, adapt_temperatures=False):
     """:func:`sample_population` with a validated ladder and either a compiled
     :class:`~pymc_cv.adapters.pymc_tempering.TemperedSampler` (thermodynamic_integration keeps one
     per model) or the model, whose sampler is then compiled where the chains run."""
@@ -172,7 +178,11 @@ def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, ra
     from .pymc_tempering import TemperedSampler
 
     model = sampler.source if isinstance(sampler, TemperedSampler) else sampler
-    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(random_seed).spawn(chains)]
+    root = np.random.SeedSequence(random_seed)
+    seeds = [int(s.generate_state(1)[0]) for s in root.spawn(chains)]
+    if adapt_temperatures:
+        pilot = np.random.SeedSequence(root.entropy, spawn_key=(_PILOT_KEY,))  # a stream no chain uses
+        temperatures = _adapted_ladder(model, compile_kwargs, temperatures, tune, swap_every, pilot, client)
     settings = (model, compile_kwargs, temperatures, draws, tune, swap_every)
     if client is None and isinstance(sampler, TemperedSampler):
         from ..progress import progress_bar
@@ -187,6 +197,28 @@ def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, ra
         runs = map_units(population_chain, seeds, shared=settings, client=client, progressbar=progressbar,
                          description=f"Population MCMC chains, {temperatures.size} temperatures")
     return _to_inference_data(model, temperatures, runs, compile_kwargs)
+
+
+# spawn key of the pilot's random stream; chains use 0, 1, ...
+_PILOT_KEY = 1 << 16
+# the pilot's rounds, as shares of its iterations: later rounds start from a better ladder
+_PILOT_ROUNDS = (1, 2, 4)
+
+
+def _adapted_ladder(model, compile_kwargs, temperatures, tune, swap_every, seed_sequence, client):
+    """The ladder after a pilot: rounds of one population chain (tune // 2 iterations in all, at least
+    20 a round), each followed by moving the rungs to even exchange rates (Syed et al. 2022)."""
+    from ..cluster import map_units
+    from ..evidence.ladder import even_exchange_ladder
+
+    t = temperatures
+    total = max(tune // 2, 20 * len(_PILOT_ROUNDS))
+    for share, ss in zip(_PILOT_ROUNDS, seed_sequence.spawn(len(_PILOT_ROUNDS))):
+        n = max(total * share // sum(_PILOT_ROUNDS), 20)
+        run = map_units(population_chain, [int(ss.generate_state(1)[0])],
+                        shared=(model, compile_kwargs, t, n - n // 2, n // 2, swap_every), client=client)[0]
+        t = even_exchange_ladder(t, 1.0 - np.nanmean(np.stack(run["exchange"]), axis=0))
+    return t
 
 
 def population_chain(model, compile_kwargs, temperatures, draws, tune, swap_every, seed):

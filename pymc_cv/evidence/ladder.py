@@ -1,4 +1,5 @@
-"""Temperature ladders for thermodynamic integration: the power ladder and its refinement.
+"""Temperature ladders for thermodynamic integration: the power ladder, its refinement, and a
+ladder of even exchange rates for population MCMC.
 
 Refinement follows ZVCV's ``Expand_Temperatures``: the draws of rung t_i, reweighted by
 exp((t - t_i) log p(y|x)), show how well they would serve a rung at t; where the conditional
@@ -12,7 +13,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
-__all__ = ["power_ladder", "conditional_ess", "refine_ladder"]
+__all__ = ["power_ladder", "conditional_ess", "refine_ladder", "even_exchange_ladder"]
 
 
 def power_ladder(n_rungs=31, power=5.0):
@@ -112,3 +113,34 @@ def refine_ladder(temperatures, logliks, target_cess=0.9, max_new=None):
     if max_new is not None and new.size > max_new:
         new = new[np.argsort(worst, kind="stable")[: int(max_new)]]
     return np.sort(new)
+
+
+def even_exchange_ladder(temperatures, rejection):
+    """A ladder of as many rungs, 0 first and 1 last, on which neighbours exchange states equally often.
+
+    The cumulative rejection rate of swaps along the ladder estimates the communication barrier
+    Lambda(t) of Syed et al. (2022); the new rungs sit at equal steps of Lambda, interpolated
+    linearly between the old ones.  Rungs move towards where swaps were rejected.
+
+    Parameters
+    ----------
+    temperatures : array (w,)
+    rejection : array (w - 1,)
+        1 - the mean acceptance probability of swaps between rungs k and k + 1.
+
+    Examples
+    --------
+    >>> even_exchange_ladder([0.0, 0.5, 1.0], [0.9, 0.1]).round(3)     # swaps fail near 0: move in
+    array([0.   , 0.278, 1.   ])
+    """
+    t = np.asarray(temperatures, dtype=float)
+    r = np.asarray(rejection, dtype=float)
+    if r.shape != (t.size - 1,):
+        raise ValueError(f"rejection has shape {r.shape}; give one rate per neighbouring pair ({t.size - 1},).")
+    if t.size < 3 or not np.all(np.isfinite(r)) or r.sum() <= 0:
+        return t.copy()  # nothing to even out (or nothing measured)
+    # a floor keeps Lambda strictly increasing where every swap was accepted
+    barrier = np.concatenate([[0.0], np.cumsum(np.clip(r, 1e-3, 1.0))])
+    new = np.interp(np.linspace(0.0, barrier[-1], t.size), barrier, t)
+    new[0], new[-1] = t[0], t[-1]
+    return new

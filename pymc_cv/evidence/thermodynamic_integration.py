@@ -384,7 +384,7 @@ def _ladder(temperatures):
 def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, chains=2, method="vvcv",
                               rule="corrected", sampler="nuts", random_seed=None, group_size=4, B="learn",
                               target_cess=0.9, max_rungs=64, progressbar=True, compile_kwargs=None,
-                              client=None, **options):
+                              client=None, adapt_temperatures=False, **options):
     """Log evidence of a PyMC model by thermodynamic integration with control variates.
 
     Samples the power posteriors p_t(x) ~ p(y|x)^t p(x) (likelihood terms, i.e. the observed
@@ -419,6 +419,9 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     progressbar : bool
     compile_kwargs : dict, optional
         For NUTS and the per-draw terms, e.g. ``{"mode": "NUMBA"}`` for ODE models with a scan.
+    adapt_temperatures : bool
+        With ``sampler="population"``: move the rungs before sampling so that neighbours exchange
+        states equally often (see :func:`pymc_cv.sample_population`).
     client : dask.distributed.Client, optional
         Sample the rungs (``sampler="nuts"``) or the chains (``sampler="population"``, whose
         walkers are coupled) on the cluster's workers; the same seed gives the same numbers
@@ -451,6 +454,9 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     for name, val in (("draws", draws), ("chains", chains)):
         if int(val) != val or val < 1:
             raise ValueError(f"{name}={val!r}; use a positive integer.")
+    if adapt_temperatures and sampler != "population":
+        raise ValueError("adapt_temperatures=True evens out the exchange rates of sampler='population'; for "
+                         "independent rungs use temperatures='adaptive' (rungs added by conditional ESS).")
     if check_client(client) is not None and sampler == "smc":
         raise ValueError("client= distributes rungs (sampler='nuts') or chains (sampler='population'); the "
                          "stages of SMC depend on each other. Drop client or choose another sampler.")
@@ -461,7 +467,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     start = time.perf_counter()
     if sampler == "population":
         return _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed,
-                              group_size, B, progressbar, compile_kwargs, options, compile_seconds, client)
+                              group_size, B, progressbar, compile_kwargs, options, compile_seconds, client,
+                              adapt_temperatures)
     if sampler == "smc":
         from ..adapters.pymc_tempering import smc_rungs
 
@@ -503,7 +510,7 @@ def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_ce
 
 
 def _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed, group_size, B,
-                   progressbar, compile_kwargs, options, compile_seconds, client):
+                   progressbar, compile_kwargs, options, compile_seconds, client, adapt_temperatures):
     from ..adapters.population import _population_ladder, run_population
 
     if isinstance(temperatures, str):
@@ -513,7 +520,8 @@ def _ti_population(model, tempered, temperatures, draws, tune, chains, method, r
     start = time.perf_counter()
     idata = run_population(model if tempered is None else tempered, t, draws=int(draws), tune=int(tune),
                            chains=int(chains), swap_every=1, random_seed=random_seed, progressbar=progressbar,
-                           compile_kwargs=compile_kwargs, client=client)
+                           compile_kwargs=compile_kwargs, client=client,
+                           adapt_temperatures=adapt_temperatures)
     sampling = time.perf_counter() - start
     res = ti_from_population(idata, model, method=method, rule=rule, group_size=group_size, B=B,
                              progressbar=progressbar, compile_kwargs=compile_kwargs,
