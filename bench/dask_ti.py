@@ -9,7 +9,8 @@ ladder, 2 chains x (500 tuning + 500 draws) per rung) run
 
 Each configuration is timed twice in a row: ``cold`` includes compiling the model (in this process,
 or on every worker), ``warm`` reuses it.  Prints |log evidence - serial| and the wall time relative to
-the serial run, and an estimate of the time with one worker per rung (32 rungs on 32 workers): the
+the serial run (and of the sampling alone: the CVs run in this process
+either way), and an estimate of the time with one worker per rung (32 rungs on 32 workers): the
 compile time, plus the slowest rung, plus the CVs, from the per-rung times measured serially.
 
     python bench/dask_ti.py                 # 12 rungs
@@ -55,7 +56,7 @@ def per_rung_seconds(model, rungs, draws):
     out = []
     for i, t in enumerate(power_ladder(rungs)):
         start = time.perf_counter()
-        sample_rung(model, None, draws, draws, 2, (t, i))
+        sample_rung(model, None, None, draws, draws, 2, (t, i))
         out.append(time.perf_counter() - start)
     return np.array(out)
 
@@ -72,7 +73,7 @@ def main():
     cold = run(model, args.rungs, args.draws, None)
     warm = run(model, args.rungs, args.draws, None)
     serial = (cold, warm)
-    rows.append(("serial", 0, cold[1], warm[1], 0.0))
+    rows.append(("serial", 0, cold[1], warm[1], 0.0, warm[0].seconds["sampling"]))
     rung_seconds = per_rung_seconds(model, args.rungs, args.draws)
     for workers in (1, 2):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
@@ -82,14 +83,16 @@ def main():
             warm = run(model, args.rungs, args.draws, client)
             diff = max(abs(cold[0].log_evidence - serial[0][0].log_evidence),
                        abs(warm[0].log_evidence - serial[0][0].log_evidence))
-            rows.append((f"{workers} worker(s)", workers, cold[1], warm[1], diff))
+            rows.append((f"{workers} worker(s)", workers, cold[1], warm[1], diff, warm[0].seconds["sampling"]))
 
     ref = serial[0][0]
     print(f"logistic regression, {args.rungs} rungs x 2 chains x ({args.draws} + {args.draws}) draws; "
           f"log evidence {ref.log_evidence:.4f} +/- {ref.se:.4f}")
-    print(f"{'run':<14}{'cold s':>9}{'warm s':>9}{'cold / serial':>15}{'warm / serial':>15}{'|diff| nats':>13}")
-    for name, _, c, w, d in rows:
-        print(f"{name:<14}{c:9.1f}{w:9.1f}{c / rows[0][2]:15.2f}{w / rows[0][3]:15.2f}{d:13.1e}")
+    print(f"{'run':<14}{'cold s':>9}{'warm s':>9}{'cold / serial':>15}{'warm / serial':>15}"
+          f"{'warm sampling / serial':>24}{'|diff| nats':>13}")
+    for name, _, c, w, d, smp in rows:
+        print(f"{name:<14}{c:9.1f}{w:9.1f}{c / rows[0][2]:15.2f}{w / rows[0][3]:15.2f}"
+              f"{smp / rows[0][5]:24.2f}{d:13.1e}")
     compile_s = rows[0][2] - rows[0][3]
     cv_s = ref.seconds.get("estimation", 0.0)
     print(f"serial sampling per rung: mean {rung_seconds.mean():.2f} s, max {rung_seconds.max():.2f} s; "

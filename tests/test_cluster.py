@@ -128,3 +128,4 @@ def test_metacv_tasks_on_the_cluster_give_the_serial_estimates(client):
         np.testing.assert_allclose(getattr(remote, key), getattr(serial, key), rtol=1e-8, atol=1e-10)
     truth = np.array([a for _, a in tests])
     assert np.abs(remote.estimate - truth).mean() < np.abs(remote.mc_estimate - truth).mean()
+

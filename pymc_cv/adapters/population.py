@@ -175,15 +175,17 @@ def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, ra
     :class:`~pymc_cv.adapters.pymc_tempering.TemperedSampler` (thermodynamic_integration keeps one
     per model) or the model, whose sampler is then compiled where the chains run."""
     from ..cluster import map_units
-    from .pymc_tempering import TemperedSampler
+    from ..core.threads import one_blas_thread
+    from .pymc_tempering import TemperedSampler, model_token
 
     model = sampler.source if isinstance(sampler, TemperedSampler) else sampler
+    token = None if client is None else model_token(model)  # workers reuse what they compiled for it
     root = np.random.SeedSequence(random_seed)
     seeds = [int(s.generate_state(1)[0]) for s in root.spawn(chains)]
     if adapt_temperatures:
         pilot = np.random.SeedSequence(root.entropy, spawn_key=(_PILOT_KEY,))  # a stream no chain uses
-        temperatures = _adapted_ladder(model, compile_kwargs, temperatures, tune, swap_every, pilot, client)
-    settings = (model, compile_kwargs, temperatures, draws, tune, swap_every)
+        temperatures = _adapted_ladder(model, token, compile_kwargs, temperatures, tune, swap_every, pilot, client)
+    settings = (model, token, compile_kwargs, temperatures, draws, tune, swap_every)
     if client is None and isinstance(sampler, TemperedSampler):
         from ..progress import progress_bar
 
@@ -192,7 +194,8 @@ def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, ra
             task = bar.add_task(f"Population MCMC, {temperatures.size} temperatures", completed=0,
                                 total=chains * (draws + tune))
             for seed in seeds:
-                runs.append(_run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task))
+                with one_blas_thread():  # as population_chain: the same bits here and on a worker
+                    runs.append(_run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task))
     else:
         runs = map_units(population_chain, seeds, shared=settings, client=client, progressbar=progressbar,
                          description=f"Population MCMC chains, {temperatures.size} temperatures")
@@ -205,7 +208,7 @@ _PILOT_KEY = 1 << 16
 _PILOT_ROUNDS = (1, 2, 4)
 
 
-def _adapted_ladder(model, compile_kwargs, temperatures, tune, swap_every, seed_sequence, client):
+def _adapted_ladder(model, token, compile_kwargs, temperatures, tune, swap_every, seed_sequence, client):
     """The ladder after a pilot: rounds of one population chain (tune // 2 iterations in all, at least
     20 a round), each followed by moving the rungs to even exchange rates (Syed et al. 2022)."""
     from ..cluster import map_units
@@ -216,19 +219,20 @@ def _adapted_ladder(model, compile_kwargs, temperatures, tune, swap_every, seed_
     for share, ss in zip(_PILOT_ROUNDS, seed_sequence.spawn(len(_PILOT_ROUNDS))):
         n = max(total * share // sum(_PILOT_ROUNDS), 20)
         run = map_units(population_chain, [int(ss.generate_state(1)[0])],
-                        shared=(model, compile_kwargs, t, n - n // 2, n // 2, swap_every), client=client)[0]
+                        shared=(model, token, compile_kwargs, t, n - n // 2, n // 2, swap_every), client=client)[0]
         t = even_exchange_ladder(t, 1.0 - np.nanmean(np.stack(run["exchange"]), axis=0))
     return t
 
 
-def population_chain(model, compile_kwargs, temperatures, draws, tune, swap_every, seed):
+def population_chain(model, token, compile_kwargs, temperatures, draws, tune, swap_every, seed):
     """One population chain of ``model`` from ``seed``: the unit of work on a dask worker (the
     walkers of a chain are coupled by the exchanges, so a chain is never split)."""
+    from ..core.threads import one_blas_thread
     from ..progress import progress_bar
-    from .pymc_tempering import compiled
+    from .pymc_tempering import compiled, kept_model
 
-    _, sampler = compiled(model, compile_kwargs, need_nuts=True)
-    with progress_bar(False) as bar:
+    _, sampler = compiled(kept_model(model, token), compile_kwargs, need_nuts=True)
+    with progress_bar(False) as bar, one_blas_thread():
         return _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, 0)
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import OrderedDict
 
 import numpy as np
 
 from .pymc import _batch_input, _batched, _check_model
 
 __all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
-           "sample_rung", "smc_rungs"]
+           "sample_rung", "smc_rungs", "model_token", "kept_model"]
 
 TEMPERATURE = "pymc_cv_temperature"
 
@@ -122,6 +123,33 @@ def loglik_terms(model, compile_kwargs=None):
 _COMPILED = weakref.WeakKeyDictionary()
 
 
+# token -> the first copy of a model this process received under it.  A dask worker gets a fresh
+# copy of the model with every call; keeping the first one keeps its compiled functions (above)
+# for the next call too.  The last few models only.
+_BY_TOKEN = OrderedDict()
+_KEEP = 4
+
+
+def model_token(model):
+    """A digest of the pickled model: equal for copies of one model, different after pm.set_data."""
+    import hashlib
+
+    import cloudpickle
+
+    return hashlib.sha256(cloudpickle.dumps(model)).hexdigest()
+
+
+def kept_model(model, token):
+    """``model``, or the copy of it this process already compiled (same ``token``)."""
+    if token is None:
+        return model
+    kept = _BY_TOKEN.setdefault(token, model)
+    _BY_TOKEN.move_to_end(token)
+    while len(_BY_TOKEN) > _KEEP:
+        _BY_TOKEN.popitem(last=False)
+    return kept
+
+
 def compiled(model, compile_kwargs=None, need_nuts=True):
     """(terms, tempered): :func:`loglik_terms` and a :class:`TemperedSampler` (None unless
     ``need_nuts``) of ``model``, built once per model and compile options."""
@@ -158,12 +186,17 @@ def rung_arrays_of(idata, model, terms):
     return rung_arrays(vals, terms, np.repeat(np.arange(n_chain), n_draw))
 
 
-def sample_rung(model, compile_kwargs, draws, tune, chains, rung):
+def sample_rung(model, token, compile_kwargs, draws, tune, chains, rung):
     """One unit of thermodynamic integration: ``rung`` = (temperature, seed) -> its
-    :func:`rung_arrays`.  A pure function of its arguments, run here or on a dask worker."""
+    :func:`rung_arrays`.  A pure function of its arguments, run here or on a dask worker
+    (``token``: see :func:`kept_model`; None here)."""
+    from ..core.threads import one_blas_thread
+
+    model = kept_model(model, token)
     temperature, seed = rung
     terms, tempered = compiled(model, compile_kwargs, need_nuts=True)
-    return rung_arrays_of(tempered.sample(temperature, draws, tune, chains, seed), model, terms)
+    with one_blas_thread():
+        return rung_arrays_of(tempered.sample(temperature, draws, tune, chains, seed), model, terms)
 
 
 def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from contextlib import nullcontext
 
-__all__ = ["SMALL", "blas_threads", "single_threaded_when_small"]
+__all__ = ["SMALL", "blas_threads", "one_blas_thread", "single_threaded_when_small"]
 
 SMALL = 1500
 
@@ -32,6 +32,13 @@ def blas_threads(n):
     """A context: one BLAS thread for problems of at most ``SMALL`` draws, the default above."""
     if n > SMALL:
         return nullcontext()
+    return _controller().limit(limits=1, user_api="blas")
+
+
+def one_blas_thread():
+    """A context with one BLAS thread.  Units of work that may run here or on a dask worker (whose
+    nanny starts it with one thread) use it, so that both sum in the same order and give the same
+    bits: NUTS amplifies a last-digit difference in a gradient into different draws."""
     return _controller().limit(limits=1, user_api="blas")
 
 

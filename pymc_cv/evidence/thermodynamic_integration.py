@@ -425,7 +425,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     client : dask.distributed.Client, optional
         Sample the rungs (``sampler="nuts"``) or the chains (``sampler="population"``, whose
         walkers are coupled) on the cluster's workers; the same seed gives the same numbers
-        with or without it.  The CVs run here.
+        with or without it.  The per-rung CVs are fitted here, with this machine's BLAS threads
+        (on one-thread workers they took longer: bench/dask_ti.py).
     **options : passed to the CV estimators.
 
     Returns
@@ -485,17 +486,18 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
 def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_cess, max_rungs, progressbar,
                 compile_kwargs, client):
     """The ladder and its rungs' arrays, each rung an independent NUTS run (here or on ``client``)."""
-    from ..adapters.pymc_tempering import sample_rung
+    from ..adapters.pymc_tempering import model_token, sample_rung
     from ..cluster import map_units
 
     t, adaptive = _ladder(temperatures)
     rungs = {}
+    token = None if client is None else model_token(model)  # workers reuse what they compiled for it
 
     def run(ladder):
         # a rung's seed depends on its temperature's place in the first ladder it appeared in
         seeds = dict(zip(ladder, _rung_seeds(random_seed, len(ladder))))
         todo = [(ti, seeds[ti]) for ti in ladder if ti not in rungs]
-        out = map_units(sample_rung, todo, shared=(model, compile_kwargs, draws, tune, chains), client=client,
+        out = map_units(sample_rung, todo, shared=(model, token, compile_kwargs, draws, tune, chains), client=client,
                         progressbar=progressbar, description="Sampling power posteriors")
         rungs.update({ti: arrays for (ti, _), arrays in zip(todo, out)})
 
