@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pymc as pm
 import pytest
+from test_metacv import _quadratic_task  # E[a x^2 + b x + c sin x] = a under N(0, 1)
 
 import pymc_cv
 from pymc_cv.cluster import check_client, map_units
@@ -108,19 +109,12 @@ def test_population_chains_on_the_cluster_give_the_serial_draws(client):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-10, equal_nan=True)
 
 
-def _quadratic_task(rng, n=20):
-    """E[a x^2 + b x + c sin(x)] under x ~ N(0, 1) is a (the sine is odd)."""
-    a, b, c = rng.uniform(1, 2), rng.uniform(-1, 1), rng.uniform(-1, 1)
-    x = rng.normal(size=(n, 1))
-    return (a * x[:, 0] ** 2 + b * x[:, 0] + c * np.sin(x[:, 0]), x, -x), a
-
-
 @pytest.mark.slow
 def test_metacv_tasks_on_the_cluster_give_the_serial_estimates(client):
     mcv = pymc_cv.MetaCV(hidden=(8,), meta_iterations=300, progressbar=False, random_seed=0)
-    mcv.meta_fit(lambda rng: _quadratic_task(rng)[0])
+    mcv.meta_fit(lambda rng: _quadratic_task(rng, 20)[0])
     rng = np.random.default_rng(5)
-    tests = [_quadratic_task(rng) for _ in range(30)]
+    tests = [_quadratic_task(rng, 20) for _ in range(30)]
     vals, xs, ss = ([t[0][k] for t in tests] for k in range(3))
     serial = mcv.estimate(vals, xs, ss)
     remote = mcv.estimate(vals, xs, ss, client=client)
