@@ -20,7 +20,9 @@ sampling seconds; then per model the ratio of sampling seconds population / NUTS
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pymc as pm
@@ -29,22 +31,9 @@ from scipy import stats
 import pymc_cv
 from pymc_cv.evidence import ti_from_arrays
 
-S = np.linspace(0, 10, 25)
-NOISE = 0.5
-
-
-def data(seed=0):
-    rng = np.random.default_rng(seed)
-    return np.sin(3.0 * S) + rng.normal(0, NOISE, S.size)
-
-
-def frequency_model(y):
-    with pm.Model() as model:
-        w = pm.Uniform("w", 0, 10)
-        pm.Normal("y", pm.math.sin(w * S), NOISE, observed=y)
-    grid = np.linspace(0, 10, 200_001)
-    ll = stats.norm.logpdf(y[None, :], np.sin(grid[:, None] * S[None, :]), NOISE).sum(axis=1)
-    return model, ll.max() + np.log(np.trapezoid(np.exp(ll - ll.max()), grid) / 10)
+sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+from sinusoid_evidence import NOISE, S, frequency_model  # noqa: E402
+from sinusoid_evidence import simulate as data  # noqa: E402
 
 
 def frequency_amplitude_model(y):

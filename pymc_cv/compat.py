@@ -239,3 +239,22 @@ def setup_step(step, rng, tune, draws):
         step.setup_chain(rng, tune, draws)
     else:
         step.set_rng(rng)
+
+
+def smc_imh_kernel(model, draws, rng, threshold, compile_kwargs):
+    """PyMC's SMC kernel (IMH), initialised, compiled in the mode the rest of the run uses (a model
+    compiled in two backends, e.g. Numba and C, broke its scan's inner graph on the next run)."""
+    import inspect
+
+    from pymc.smc.kernels import IMH, SMC_KERNEL
+
+    kwargs = {}
+    if compile_kwargs and "compile_kwargs" in inspect.signature(SMC_KERNEL.__init__).parameters:
+        kwargs["compile_kwargs"] = dict(compile_kwargs)
+    kernel = IMH(draws=draws, model=model, random_seed=rng, threshold=threshold, **kwargs)
+    if hasattr(kernel, "initialize"):
+        kernel.initialize(None, rng)
+    else:  # PyMC < 5.2x
+        kernel._initialize_kernel()
+        kernel.setup_kernel()
+    return kernel

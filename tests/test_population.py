@@ -116,17 +116,15 @@ def test_bad_input_is_refused_with_the_fix():
 
 
 def sinusoid(seed=0):
-    """The frequency of a sinusoid in noise: log p(y|w) has many local modes in w."""
-    rng = np.random.default_rng(seed)
-    s = np.linspace(0, 10, 25)
-    y = np.sin(3.0 * s) + rng.normal(0, 0.5, s.size)
-    with pm.Model() as model:
-        w = pm.Uniform("w", 0, 10)
-        pm.Normal("y", pm.math.sin(w * s), 0.5, observed=y)
-    grid = np.linspace(0, 10, 200_001)
-    ll = stats.norm.logpdf(y[None, :], np.sin(grid[:, None] * s[None, :]), 0.5).sum(axis=1)
-    exact = ll.max() + np.log(np.trapezoid(np.exp(ll - ll.max()), grid) / 10)
-    return model, exact
+    """The frequency of a sinusoid in noise (examples/sinusoid_evidence.py): many local modes in w."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "sinusoid_evidence", Path(__file__).parents[1] / "examples" / "sinusoid_evidence.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.frequency_model(module.simulate(seed))
 
 
 @pytest.mark.slow

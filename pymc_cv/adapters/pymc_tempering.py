@@ -199,7 +199,7 @@ def sample_rung(model, token, compile_kwargs, draws, tune, chains, rung):
         return rung_arrays_of(tempered.sample(temperature, draws, tune, chains, seed), model, terms)
 
 
-def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5):
+def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, compile_kwargs=None):
     """Run PyMC's SMC (IMH kernel) and keep the particles of every tempering stage.
 
     Returns the temperatures (0, the adaptive betas, 1) and per stage a list of value-variable
@@ -207,18 +207,12 @@ def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5):
     Particles of one stage are resampled and moved by MCMC, so they are not independent; the
     standard errors computed from them treat them as if they were.
     """
-    from pymc.smc.kernels import IMH
-
+    from ..compat import smc_imh_kernel
     from ..progress import progress_bar
 
     check_temperable(model)
     rng = np.random.default_rng(random_seed)
-    kernel = IMH(draws=draws, model=model, random_seed=rng, threshold=threshold)
-    if hasattr(kernel, "initialize"):
-        kernel.initialize(None, rng)
-    else:  # PyMC < 5.2x
-        kernel._initialize_kernel()
-        kernel.setup_kernel()
+    kernel = smc_imh_kernel(model, draws, rng, threshold, compile_kwargs)
 
     def unravel(particles):
         out, start = [], 0

@@ -53,11 +53,13 @@ def quadrature_weights(temperatures, rule="corrected"):
     return a, b
 
 
-def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected"):
+def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected", source=None):
     """(log Z, se) from per-rung means and variances of log p(y|x) and their standard errors.
 
     Rungs are sampled independently, so their errors add in quadrature; the small covariance
-    of a rung's mean and variance estimates (same draws) is ignored.
+    of a rung's mean and variance estimates (same draws) is ignored.  ``source`` (w,): rungs
+    with the same label share draws (reweighted rungs, :mod:`.reweighting`); their errors
+    add linearly, the bound for fully correlated errors.
 
     Examples
     --------
@@ -79,8 +81,11 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     if mean_se is None:
         return value, np.nan
     var_se = np.zeros_like(a) if var_se is None else np.asarray(var_se, dtype=float)
-    se = float(np.sqrt(np.sum((a * np.asarray(mean_se, dtype=float)) ** 2 + (b * var_se) ** 2)))
-    return value, se
+    per_rung = np.hypot(a * np.asarray(mean_se, dtype=float), b * var_se)
+    if source is not None:
+        labels, inverse = np.unique(np.asarray(source), return_inverse=True)
+        per_rung = np.bincount(inverse.ravel(), weights=per_rung, minlength=labels.size)
+    return value, float(np.sqrt(np.sum(per_rung**2)))
 
 
 def quadrature_error(temperatures, mean, var, rule="corrected"):

@@ -15,6 +15,7 @@ import numpy as np
 from ..core import cv_estimate, vvcv_estimate
 from ..core.score_check import apply_stein_check
 from ..core.standard_errors import mcse_mean
+from .weighted_rung import weighted_moments
 
 __all__ = ["METHODS", "RungMoments", "rung_moments"]
 
@@ -132,8 +133,34 @@ class _RungProblem:
         table["notes"] += [f"rung {i}: {n}" for n in r.notes]
 
 
+def _weighted_rungs(t, rungs, weights, method, table, mc, progress):
+    """Fill the table's rows of the rungs with importance weights (weighted average or weighted ZV)."""
+    if weights is None:
+        return []
+    if len(weights) != t.size:
+        raise ValueError(f"`weights` holds {len(weights)} entries for {t.size} temperatures; give one array (or "
+                         "None for an unweighted rung) per rung.")
+    done = [i for i, w in enumerate(weights) if w is not None]
+    if done and method not in ("mc", "cti"):
+        raise ValueError(f"method={method!r} with importance weights: weighted draws are estimated with "
+                         "method='cti' (weighted ZV-CVs, as ZVCV's CTI) or 'mc'; kernel CVs of weighted "
+                         "draws are not built. Use one of those, or resample the particles first.")
+    for i in done:
+        ll, X, gl, gp, c = rungs[i]
+        out = weighted_moments(ll, X, t[i] * gl + gp, weights[i], chain=c, zv=method == "cti")
+        mc[i] = [out["mc_est"][0], out["mc_est"][1], out["mc_se"][0], out["mc_se"][1]]
+        for k in range(2):
+            table["est"][k][i], table["se"][k][i] = out["est"][k], out["se"][k]
+        table["used"][i] = "weighted " + out["method"]
+        if out["notes"]:
+            table["reliable"][i] = False
+            table["notes"] += [f"rung {i} (t = {t[i]:.4g}): {n}" for n in out["notes"]]
+        progress(1)
+    return done
+
+
 def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, chain=None, method="vvcv",
-                 group_size=4, B="learn", progress=None, random_seed=0, **options):
+                 group_size=4, B="learn", progress=None, random_seed=0, weights=None, **options):
     """Estimate E_t[log p(y|x)] and Var_t[log p(y|x)] at every rung.
 
     Parameters
@@ -150,6 +177,11 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     B : passed to :func:`vvcv_estimate`.
     progress : callable, optional
         Called with the number of rungs finished after each fit.
+    weights : sequence of w arrays (m_i,) or None, optional
+        Importance weights of each rung's draws (SMC particles before resampling; None for an
+        unweighted rung).  Weighted rungs take ``method="mc"`` (self-normalised average) or
+        ``"cti"`` (weighted ZV-CVs, see :mod:`pymc_cv.evidence.weighted_rung`); their scores are
+        not Stein-checked, since the draws do not follow the rung's target.
     **options : passed to :func:`cv_estimate` or :func:`vvcv_estimate`.
 
     Returns
@@ -179,30 +211,35 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     w = t.size
     reliable = np.ones(w, dtype=bool)
     notes = []
+    weighted = set() if weights is None else {i for i, wi in enumerate(weights) if wi is not None}
     if options.pop("check_scores", True):
         # swapped or mis-signed gradients, or draws from another ladder, fail this at some rung
         for i, (_, X, gl, gp, c) in enumerate(rungs):
+            if i in weighted:
+                continue
             note = apply_stein_check(X, t[i] * gl + gp, c, where=f" at rung {i} (t = {t[i]:.4g})")
             if note:
                 notes.append(note)
                 reliable[i] = False
     options["check_scores"] = False
     mc = np.array([_mc(ll, c) for ll, _, _, _, c in rungs])
-    centers = mc[:, 0]
     # per rung: E[l], E[(l - center)^2], their se, the method, reliable
     table = {"est": (mc[:, 0].copy(), mc[:, 1].copy()), "se": (mc[:, 2].copy(), mc[:, 3].copy()),
              "used": np.array(["mc"] * w, dtype=object), "reliable": reliable, "notes": notes}
     progress = progress or (lambda k: None)
+    _weighted_rungs(t, rungs, weights, method, table, mc, progress)
+    centers = mc[:, 0]
     problem = _RungProblem(t, rungs, centers, random_seed, options)
+    plain = [i for i in range(w) if i not in weighted]
     if method == "mc":
-        progress(w)
+        progress(len(plain))
     elif method == "vvcv":
         for start in range(0, w, int(group_size)):
             idx = list(range(start, min(start + int(group_size), w)))
             problem.fit_group(idx, B, chain is not None, table)
             progress(len(idx))
     else:
-        for i in range(w):
+        for i in plain:
             problem.fit_rung(i, _CV_METHOD[method], table)
             progress(1)
     (mean, second), (mean_se, var_se), used = table["est"], table["se"], table["used"]

@@ -24,32 +24,51 @@ __all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_f
 
 
 def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B, progressbar,
-              random_seed, options):
+              random_seed, options, weights=None, refine=None):
     from ..progress import progress_bar
 
     if rule not in RULES:
         raise ValueError(f"rule={rule!r}; use one of {RULES}.")
     if method not in METHODS:
         raise ValueError(f"method={method!r}; use one of {sorted(METHODS)}.")
+    target_cess = _check_refine(refine, weights)
     start = time.perf_counter()
     with progress_bar(progressbar) as bar:
         task = bar.add_task(f"TI ({method})", completed=0, total=len(t))
         mom = rung_moments(t, loglik, samples, grad_loglik, grad_logprior, chain=chain, method=method,
                            group_size=group_size, B=B, progress=lambda k: bar.advance(task, k),
-                           random_seed=random_seed, **options)
-    value, sampling_se = integrate(t, mom.mean, mom.var, mom.mean_se, mom.var_se, rule=rule)
+                           random_seed=random_seed, weights=weights, **options)
+    sampled, source = t, None
+    if target_cess is not None:
+        t, mom, source = _refined(t, mom, (loglik, samples, grad_loglik, grad_logprior, chain), method,
+                                  target_cess, random_seed)
+    value, sampling_se = integrate(t, mom.mean, mom.var, mom.mean_se, mom.var_se, rule=rule, source=source)
     qerr = quadrature_error(t, mom.mean, mom.var, rule=rule)
-    mc_value, mc_sampling = integrate(t, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule)
+    mc_value, mc_sampling = integrate(t, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule,
+                                      source=source)
     mc_qerr = quadrature_error(t, mom.mc_mean, mom.mc_var, rule=rule)
     notes = list(mom.notes)
+    reliable = _judge(sampled, loglik, chain, mom, qerr, sampling_se, notes)
+    rule_name = "corrected trapezoid (Friel et al. 2014)" if rule == "corrected" else "trapezoid"
+    return TIResult(
+        log_evidence=value, se=float(np.hypot(sampling_se, np.nan_to_num(qerr))), sampling_se=sampling_se,
+        quadrature_error=qerr, mc_log_evidence=mc_value, mc_se=float(np.hypot(mc_sampling, np.nan_to_num(mc_qerr))),
+        temperatures=np.asarray(t, dtype=float), moments=mom, method=method, rule=rule,
+        estimator=f"{METHODS[method]}; {rule_name}", seconds={"estimation": time.perf_counter() - start},
+        notes=notes, reliable=reliable,
+    )
+
+
+def _judge(t, loglik, chain, mom, qerr, sampling_se, notes):
+    """Whether the result's se can be trusted; the reasons when not go into ``notes``."""
     reliable = bool(np.all(mom.reliable))
     if not reliable:
         bad = np.flatnonzero(~mom.reliable)
         notes.append(f"rung(s) {bad.tolist()} have standard errors that may be too small (see the notes above).")
     if not np.isfinite(qerr):
         reliable = False
-        notes.append(f"{len(t)} rungs are too few to estimate the quadrature error (it needs at least 3); the se "
-                     "covers the sampling error only. Use more temperatures.")
+        notes.append(f"{len(mom.mean)} rungs are too few to estimate the quadrature error (it needs at least 3); "
+                     "the se covers the sampling error only. Use more temperatures.")
     rhat = _rung_rhat(loglik, chain)
     stuck = np.flatnonzero(rhat > _RHAT_MAX)
     if stuck.size:
@@ -61,15 +80,51 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
                      "tuning/draws or a population sampler.")
     if np.isfinite(qerr) and qerr > sampling_se:
         notes.append(f"the estimated quadrature error ({qerr:.3g}) exceeds the sampling se ({sampling_se:.3g}): "
-                     "add rungs (temperatures='adaptive' or a larger ladder).")
-    rule_name = "corrected trapezoid (Friel et al. 2014)" if rule == "corrected" else "trapezoid"
-    return TIResult(
-        log_evidence=value, se=float(np.hypot(sampling_se, np.nan_to_num(qerr))), sampling_se=sampling_se,
-        quadrature_error=qerr, mc_log_evidence=mc_value, mc_se=float(np.hypot(mc_sampling, np.nan_to_num(mc_qerr))),
-        temperatures=np.asarray(t, dtype=float), moments=mom, method=method, rule=rule,
-        estimator=f"{METHODS[method]}; {rule_name}", seconds={"estimation": time.perf_counter() - start},
-        notes=notes, reliable=reliable,
-    )
+                     "add rungs (temperatures='adaptive', a larger ladder, or refine= to reweight the draws "
+                     "onto a finer one).")
+    return reliable
+
+
+def _check_refine(refine, weights):
+    """The target CESS of ``refine`` (None: no refinement)."""
+    if refine is None or refine is False:
+        return None
+    # new rungs cost one weighted least-squares fit each, so the default asks for many (on van der Pol
+    # SMC arrays 0.99 gave errors of 1e-3 nats where 0.9 left 1e-2: bench/smc_refine.py)
+    target = 0.99 if refine is True else refine
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
+        raise ValueError(f"refine={refine!r}; use None, True (a target CESS of 0.99) or a target CESS in (0, 1).")
+    if weights is not None and any(w is not None for w in weights):
+        raise ValueError("refine= reweights the draws of unweighted rungs; with weights= (SMC particles) "
+                         "resample them first or leave refine=None.")
+    return float(target)
+
+
+def _refined(t, mom, arrays, method, target_cess, random_seed):
+    """The ladder with rungs added by reweighting (ZVCV's Expand_Temperatures), their moments
+    merged in, and the sampled rung each rung's draws come from."""
+    import dataclasses
+
+    from .reweighting import reweighted_ladder
+    from .rung_moments import RungMoments
+
+    loglik, samples, grad_loglik, grad_logprior, chain = arrays
+    new, src, weights = reweighted_ladder(t, loglik, target_cess=target_cess)
+    if new.size == 0:
+        mom.notes.append(f"refine: every step of the ladder already has a CESS of at least {target_cess:g}; "
+                         "no rung added.")
+        return t, mom, None
+    sub = rung_moments(new, *([a[i] for i in src] for a in (loglik, samples, grad_loglik, grad_logprior)),
+                       chain=None if chain is None else [chain[i] for i in src],
+                       method="mc" if method == "mc" else "cti", weights=weights, random_seed=random_seed)
+    order = np.argsort(np.r_[t, new], kind="stable")
+    merged = {f.name: np.concatenate([getattr(mom, f.name), getattr(sub, f.name)])[order]
+              for f in dataclasses.fields(RungMoments) if f.name != "notes"}
+    how = "weighted averages" if method == "mc" else "weighted ZV-CVs (cti)"
+    notes = mom.notes + sub.notes + [
+        f"refine: {new.size} rungs added between the {t.size} sampled ones by reweighting their draws (target "
+        f"CESS {target_cess:g}), estimated with {how}; their errors are added to their source rung's linearly."]
+    return np.r_[t, new][order], RungMoments(**merged, notes=notes), np.r_[np.arange(t.size), src][order]
 
 
 # split-R-hat of log p(y|x) above this at a rung: its chains disagree (1.01 is ArviZ's advice for
@@ -93,18 +148,20 @@ def _rung_rhat(loglik, chain):
     return out
 
 
-def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, **seconds):
+def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=None, **seconds):
     """``_estimate`` on per-rung tuples (loglik, samples, grad_loglik, grad_logprior, chain), keeping
     the draws in ``.draws`` so other estimators can be run on the same ones."""
     ll, X, gl, gp, ch = map(list, zip(*rungs))
-    res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options)
+    res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options,
+                    refine=refine)
     res.seconds.update(seconds)
     res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
     return res
 
 
 def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *, chain=None, method="vvcv",
-                   rule="corrected", group_size=4, B="learn", progressbar=False, random_seed=0, **options):
+                   rule="corrected", group_size=4, B="learn", progressbar=False, random_seed=0, weights=None,
+                   refine=None, **options):
     """Log evidence by TI from per-rung arrays.
 
     Parameters
@@ -127,6 +184,18 @@ def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *,
     rule : {"corrected", "trapezoid"}
         Quadrature over t; "corrected" is Friel, Hurn and Wyse (2014).
     group_size, B : vv-CV grouping and task matrix.
+    weights : sequence of w arrays (m_i,) or None, optional
+        Importance weights of each rung's draws, e.g. SMC particles before resampling (None for
+        an unweighted rung).  Weighted rungs need ``method="cti"`` (weighted ZV-CVs) or
+        ``"mc"`` (self-normalised averages); their se linearises the ratio estimator and a
+        PSIS k-hat of the weights above 0.7 marks the rung unreliable.
+    refine : None, True or float in (0, 1)
+        Reweight the draws onto a finer ladder, as ZVCV's ``Expand_Temperatures``: where the
+        conditional ESS from a rung to the next is below this target (True: 0.99), rungs are
+        added and estimated from the lower rung's draws with weights exp((t - t_i) log p(y|x)),
+        by weighted ZV-CVs (weighted averages with ``method="mc"``); no new sampling.  Lowers
+        the quadrature error where E_t[log p(y|x)] bends between rungs.  The result's
+        ``temperatures`` and ``moments`` then cover the refined ladder.
     **options : passed to :func:`pymc_cv.cv_estimate` / :func:`pymc_cv.vvcv_estimate`.
 
     Returns
@@ -150,7 +219,7 @@ def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *,
     """
     t = np.asarray(temperatures, dtype=float)
     return _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B,
-                     progressbar, random_seed, options)
+                     progressbar, random_seed, options, weights=weights, refine=refine)
 
 
 def _rung_seeds(random_seed, w):
@@ -163,7 +232,7 @@ _LOW_EXCHANGE = 0.1
 
 
 def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", group_size=4, B="learn",
-                       progressbar=True, compile_kwargs=None, random_seed=0, **options):
+                       progressbar=True, compile_kwargs=None, random_seed=0, refine=None, **options):
     """Log evidence by TI from a population-MCMC run: every temperature in one InferenceData.
 
     Parameters
@@ -177,7 +246,7 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
         for the d parameters.
     model : pymc.Model, optional
         Needed when the group has the value variables; taken from the context when not given.
-    method, rule, group_size, B, progressbar, random_seed, **options
+    method, rule, group_size, B, progressbar, random_seed, refine, **options
         As in :func:`ti_from_arrays`.
     compile_kwargs : dict, optional
         For the gradient terms.
@@ -220,7 +289,7 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     rungs = [(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
               gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
              for i in range(w)]
-    res = _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
+    res = _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=refine,
                           compile=time.perf_counter() - start)
     _exchange_notes(res, idata, t)
     return res
@@ -384,7 +453,7 @@ def _ladder(temperatures):
 def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, chains=2, method="vvcv",
                               rule="corrected", sampler="nuts", random_seed=None, group_size=4, B="learn",
                               target_cess=0.9, max_rungs=64, progressbar=True, compile_kwargs=None,
-                              client=None, adapt_temperatures=False, **options):
+                              client=None, adapt_temperatures=False, refine=None, **options):
     """Log evidence of a PyMC model by thermodynamic integration with control variates.
 
     Samples the power posteriors p_t(x) ~ p(y|x)^t p(x) (likelihood terms, i.e. the observed
@@ -423,6 +492,10 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         With ``sampler="population"``: move the rungs before sampling so that neighbours exchange
         states equally often (see :func:`pymc_cv.sample_population`).  Experimental for the
         evidence: the result's notes say why.
+    refine : None, True or float in (0, 1)
+        After sampling, reweight the draws onto a finer ladder where neighbouring rungs have a
+        conditional ESS below this target (see :func:`ti_from_arrays`); no new sampling.  Useful
+        with ``sampler="smc"``, whose stages are few.
     client : dask.distributed.Client, optional
         Sample the rungs (``sampler="nuts"``) or the chains (``sampler="population"``, whose
         walkers are coupled) on the cluster's workers; the same seed gives the same numbers
@@ -469,18 +542,19 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     start = time.perf_counter()
     if sampler == "population":
         return _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed,
-                              group_size, B, progressbar, compile_kwargs, options, compile_seconds, client,
-                              adapt_temperatures)
+                              group_size, B, progressbar, compile_kwargs, {**options, "refine": refine},
+                              compile_seconds, client, adapt_temperatures)
     if sampler == "smc":
         from ..adapters.pymc_tempering import smc_rungs
 
-        t, rungs = smc_rungs(model, draws=int(draws), random_seed=random_seed, progressbar=progressbar)
+        t, rungs = smc_rungs(model, draws=int(draws), random_seed=random_seed, progressbar=progressbar,
+                             compile_kwargs=compile_kwargs)
         rungs = [rung_arrays(vals, terms, np.zeros(vals[0].shape[0], dtype=int)) for vals in rungs]
     else:
         t, rungs = _nuts_rungs(model, temperatures, int(draws), int(tune), int(chains), random_seed, target_cess,
                                max_rungs, progressbar, compile_kwargs, client)
     return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
-                           0 if random_seed is None else random_seed, options,
+                           0 if random_seed is None else random_seed, options, refine=refine,
                            sampling=time.perf_counter() - start, compile=compile_seconds)
 
 
