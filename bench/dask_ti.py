@@ -9,8 +9,8 @@ ladder, 2 chains x (500 tuning + 500 draws) per rung) run
 
 Each configuration is timed twice in a row: ``cold`` includes compiling the model (in this process,
 or on every worker), ``warm`` reuses it.  Prints |log evidence - serial| and the wall time relative to
-the serial run (and of the sampling alone: the CVs run in this process
-either way), and an estimate of the time with one worker per rung (32 rungs on 32 workers): the
+the serial run (and of the sampling phase, which with a client includes the CV groups fitted in this
+process while the workers sample), and an estimate of the time with one worker per rung (32 rungs on 32 workers): the
 compile time, plus the slowest rung, plus the CVs, from the per-rung times measured serially.
 
     python bench/dask_ti.py                 # 12 rungs

@@ -15,6 +15,7 @@ sampling seconds; then per model the ratio of sampling seconds population / NUTS
     python bench/population_ti.py            # 5 seeds, 400 draws + 300 tuning per rung
     python bench/population_ti.py --draws 1500 --samplers population
     python bench/population_ti.py --samplers population,population-adapted
+    python bench/population_ti.py --draws 750 --chains 4 --samplers population   # same cost as 2 x 1,500
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main():
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--tune", type=int, default=300)
     parser.add_argument("--rungs", type=int, default=16)
+    parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--samplers", default="population,nuts")
     args = parser.parse_args()
     samplers = args.samplers.split(",")
@@ -73,7 +75,8 @@ def main():
                 how = ({"sampler": "population", "adapt_temperatures": True} if sampler == "population-adapted"
                        else {"sampler": sampler})
                 res = pymc_cv.thermodynamic_integration(model, args.rungs, draws=args.draws, tune=args.tune,
-                                                        method="mc", random_seed=seed, progressbar=False, **how)
+                                                        chains=args.chains, method="mc", random_seed=seed,
+                                                        progressbar=False, **how)
                 start = time.perf_counter()
                 vv = ti_from_arrays(res.temperatures, res.draws["loglik"], res.draws["samples"],
                                     res.draws["grad_loglik"], res.draws["grad_logprior"], chain=res.draws["chain"],

@@ -34,7 +34,7 @@ def check_client(client):
     return client
 
 
-def map_units(fn, units, *, shared=(), client=None, progressbar=False, description="Units"):
+def map_units(fn, units, *, shared=(), client=None, progressbar=False, description="Units", on_result=None):
     """``[fn(*shared, unit) for unit in units]``, here or on the workers of ``client``.
 
     Parameters
@@ -49,6 +49,9 @@ def map_units(fn, units, *, shared=(), client=None, progressbar=False, descripti
     progressbar : bool
         One step per finished unit.
     description : str
+    on_result : callable, optional
+        ``on_result(k, result)`` as soon as unit k is done (in order here, in the order the
+        workers finish with a client), e.g. to process finished units while others still run.
 
     Returns
     -------
@@ -61,18 +64,23 @@ def map_units(fn, units, *, shared=(), client=None, progressbar=False, descripti
         task = bar.add_task(description, completed=0, total=len(units))
         if client is None:
             out = []
-            for unit in units:
+            for k, unit in enumerate(units):
                 out.append(fn(*shared, unit))
                 bar.advance(task, 1)
+                if on_result is not None:
+                    on_result(k, out[-1])
             return out
         from distributed import as_completed
 
         # hash=False: dask would otherwise tokenise a model by pickling it twice
         remote = [client.scatter(s, broadcast=True, hash=False) for s in shared]
         futures = [client.submit(fn, *remote, unit, pure=False) for unit in units]
+        index = {f.key: k for k, f in enumerate(futures)}
         try:
-            for _ in as_completed(futures):
+            for future in as_completed(futures):
                 bar.advance(task, 1)
+                if on_result is not None:
+                    on_result(index[future.key], future.result())
             return client.gather(futures)
         finally:
             client.cancel(futures + remote)

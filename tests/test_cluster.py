@@ -95,6 +95,13 @@ def test_thermodynamic_integration_on_the_cluster_gives_the_serial_log_evidence(
     assert abs(remote.log_evidence - truth) < 3 * remote.se + 0.01
     with pytest.raises(ValueError, match="SMC"):
         pymc_cv.thermodynamic_integration(model, 8, sampler="smc", client=client, progressbar=False)
+    # vv-CV groups fitted here while the workers still sample later rungs: the serial numbers
+    kw["method"] = "vvcv"
+    serial = pymc_cv.thermodynamic_integration(model, 7, **kw)
+    remote = pymc_cv.thermodynamic_integration(model, 7, client=client, **kw)
+    assert abs(remote.log_evidence - serial.log_evidence) < 1e-8 and abs(remote.se - serial.se) < 1e-8
+    np.testing.assert_allclose(remote.moments.var, serial.moments.var, rtol=1e-8)
+    assert sorted(remote.notes) == sorted(serial.notes) and list(remote.moments.method) == list(serial.moments.method)
 
 
 @pytest.mark.slow

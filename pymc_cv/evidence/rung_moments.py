@@ -17,7 +17,7 @@ from ..core.score_check import apply_stein_check
 from ..core.standard_errors import mcse_mean
 from .weighted_rung import weighted_moments
 
-__all__ = ["METHODS", "RungMoments", "rung_moments"]
+__all__ = ["METHODS", "RungMoments", "rung_moments", "concat_moments"]
 
 # name -> what it is; "cti" is controlled thermodynamic integration (Oates, Papamarkou and
 # Girolami 2016): zero-variance CVs at every rung, the polynomial order chosen on held-out draws as
@@ -49,6 +49,18 @@ class RungMoments:
     method: np.ndarray
     reliable: np.ndarray | None = None  # per rung: False where a se may be too small
     notes: list = field(default_factory=list)
+
+
+def concat_moments(parts, order=None):
+    """One :class:`RungMoments` from several (rungs in the order given, then permuted by ``order``)."""
+    import dataclasses
+
+    merged = {}
+    for f in dataclasses.fields(RungMoments):
+        if f.name != "notes":
+            arr = np.concatenate([getattr(p, f.name) for p in parts])
+            merged[f.name] = arr if order is None else arr[order]
+    return RungMoments(**merged, notes=[n for p in parts for n in p.notes])
 
 
 def _check_rungs(temperatures, loglik, samples, grad_loglik, grad_logprior, chain):
@@ -90,8 +102,9 @@ class _RungProblem:
     """The per-rung draws, scores t * grad log p(y|x) + grad log p(x) and the two integrands
     (l and (l - center)^2), and the fits that fill a table of rung moments."""
 
-    def __init__(self, t, rungs, centers, random_seed, options):
+    def __init__(self, t, rungs, centers, random_seed, options, first_rung=0):
         self.t, self.rungs, self.centers, self.seed, self.options = t, rungs, centers, random_seed, options
+        self.first = first_rung  # index of rung 0 here in the whole ladder, for the notes
 
     def values(self, i):
         ll = self.rungs[i][0]
@@ -119,7 +132,7 @@ class _RungProblem:
                 table["reliable"][i] &= bool(np.ravel(r.se_reliable)[j])
                 if k == 0:
                     table["used"][i] = str(np.ravel(r.method)[j])
-            table["notes"] += [f"rungs {idx[0]}-{idx[-1]}: {n}" for n in r.notes]
+            table["notes"] += [f"rungs {idx[0] + self.first}-{idx[-1] + self.first}: {n}" for n in r.notes]
 
     def fit_rung(self, i, method, table):
         """Both moments of rung ``i`` by one ``cv_estimate`` (the two integrands share the fit)."""
@@ -130,7 +143,7 @@ class _RungProblem:
             table["est"][k][i], table["se"][k][i] = r.estimate[k], r.se[k]
         table["used"][i] = str(r.method[0])
         table["reliable"][i] &= bool(np.all(r.se_reliable))
-        table["notes"] += [f"rung {i}: {n}" for n in r.notes]
+        table["notes"] += [f"rung {i + self.first}: {n}" for n in r.notes]
 
 
 def _weighted_rungs(t, rungs, weights, method, table, mc, progress):
@@ -160,7 +173,7 @@ def _weighted_rungs(t, rungs, weights, method, table, mc, progress):
 
 
 def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, chain=None, method="vvcv",
-                 group_size=4, B="learn", progress=None, random_seed=0, weights=None, **options):
+                 group_size=4, B="learn", progress=None, random_seed=0, weights=None, first_rung=0, **options):
     """Estimate E_t[log p(y|x)] and Var_t[log p(y|x)] at every rung.
 
     Parameters
@@ -182,6 +195,9 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
         unweighted rung).  Weighted rungs take ``method="mc"`` (self-normalised average) or
         ``"cti"`` (weighted ZV-CVs, see :mod:`pymc_cv.evidence.weighted_rung`); their scores are
         not Stein-checked, since the draws do not follow the rung's target.
+    first_rung : int
+        Where these rungs start in a larger ladder (the notes name rungs by that index); the
+        numbers do not depend on it, so groups of a ladder can be fitted apart.
     **options : passed to :func:`cv_estimate` or :func:`vvcv_estimate`.
 
     Returns
@@ -217,7 +233,7 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
         for i, (_, X, gl, gp, c) in enumerate(rungs):
             if i in weighted:
                 continue
-            note = apply_stein_check(X, t[i] * gl + gp, c, where=f" at rung {i} (t = {t[i]:.4g})")
+            note = apply_stein_check(X, t[i] * gl + gp, c, where=f" at rung {i + first_rung} (t = {t[i]:.4g})")
             if note:
                 notes.append(note)
                 reliable[i] = False
@@ -229,7 +245,7 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     progress = progress or (lambda k: None)
     _weighted_rungs(t, rungs, weights, method, table, mc, progress)
     centers = mc[:, 0]
-    problem = _RungProblem(t, rungs, centers, random_seed, options)
+    problem = _RungProblem(t, rungs, centers, random_seed, options, first_rung)
     plain = [i for i in range(w) if i not in weighted]
     if method == "mc":
         progress(len(plain))

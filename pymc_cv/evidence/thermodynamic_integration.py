@@ -18,13 +18,13 @@ import numpy as np
 from .ladder import power_ladder, refine_ladder
 from .quadrature import RULES, integrate, quadrature_error
 from .result import TIResult
-from .rung_moments import METHODS, rung_moments
+from .rung_moments import METHODS, concat_moments, rung_moments
 
 __all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_from_pystan", "ti_from_population"]
 
 
 def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B, progressbar,
-              random_seed, options, weights=None, refine=None):
+              random_seed, options, weights=None, refine=None, moments=None):
     from ..progress import progress_bar
 
     if rule not in RULES:
@@ -33,11 +33,13 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
         raise ValueError(f"method={method!r}; use one of {sorted(METHODS)}.")
     target_cess = _check_refine(refine, weights)
     start = time.perf_counter()
-    with progress_bar(progressbar) as bar:
-        task = bar.add_task(f"TI ({method})", completed=0, total=len(t))
-        mom = rung_moments(t, loglik, samples, grad_loglik, grad_logprior, chain=chain, method=method,
-                           group_size=group_size, B=B, progress=lambda k: bar.advance(task, k),
-                           random_seed=random_seed, weights=weights, **options)
+    mom = moments  # fitted while the rungs were sampled (pipeline.GroupFitter)
+    if mom is None:
+        with progress_bar(progressbar) as bar:
+            task = bar.add_task(f"TI ({method})", completed=0, total=len(t))
+            mom = rung_moments(t, loglik, samples, grad_loglik, grad_logprior, chain=chain, method=method,
+                               group_size=group_size, B=B, progress=lambda k: bar.advance(task, k),
+                               random_seed=random_seed, weights=weights, **options)
     sampled, source = t, None
     if target_cess is not None:
         t, mom, source = _refined(t, mom, (loglik, samples, grad_loglik, grad_logprior, chain), method,
@@ -103,10 +105,7 @@ def _check_refine(refine, weights):
 def _refined(t, mom, arrays, method, target_cess, random_seed):
     """The ladder with rungs added by reweighting (ZVCV's Expand_Temperatures), their moments
     merged in, and the sampled rung each rung's draws come from."""
-    import dataclasses
-
     from .reweighting import reweighted_ladder
-    from .rung_moments import RungMoments
 
     loglik, samples, grad_loglik, grad_logprior, chain = arrays
     new, src, weights = reweighted_ladder(t, loglik, target_cess=target_cess)
@@ -118,13 +117,12 @@ def _refined(t, mom, arrays, method, target_cess, random_seed):
                        chain=None if chain is None else [chain[i] for i in src],
                        method="mc" if method == "mc" else "cti", weights=weights, random_seed=random_seed)
     order = np.argsort(np.r_[t, new], kind="stable")
-    merged = {f.name: np.concatenate([getattr(mom, f.name), getattr(sub, f.name)])[order]
-              for f in dataclasses.fields(RungMoments) if f.name != "notes"}
     how = "weighted averages" if method == "mc" else "weighted ZV-CVs (cti)"
-    notes = mom.notes + sub.notes + [
+    merged = concat_moments([mom, sub], order)
+    merged.notes.append(
         f"refine: {new.size} rungs added between the {t.size} sampled ones by reweighting their draws (target "
-        f"CESS {target_cess:g}), estimated with {how}; their errors are added to their source rung's linearly."]
-    return np.r_[t, new][order], RungMoments(**merged, notes=notes), np.r_[np.arange(t.size), src][order]
+        f"CESS {target_cess:g}), estimated with {how}; their errors are added to their source rung's linearly.")
+    return np.r_[t, new][order], merged, np.r_[np.arange(t.size), src][order]
 
 
 # split-R-hat of log p(y|x) above this at a rung: its chains disagree (1.01 is ArviZ's advice for
@@ -148,12 +146,13 @@ def _rung_rhat(loglik, chain):
     return out
 
 
-def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=None, **seconds):
+def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=None,
+                    moments=None, **seconds):
     """``_estimate`` on per-rung tuples (loglik, samples, grad_loglik, grad_logprior, chain), keeping
     the draws in ``.draws`` so other estimators can be run on the same ones."""
     ll, X, gl, gp, ch = map(list, zip(*rungs))
     res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options,
-                    refine=refine)
+                    refine=refine, moments=moments)
     res.seconds.update(seconds)
     res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
     return res
@@ -500,7 +499,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         Sample the rungs (``sampler="nuts"``) or the chains (``sampler="population"``, whose
         walkers are coupled) on the cluster's workers; the same seed gives the same numbers
         with or without it.  The per-rung CVs are fitted here, with this machine's BLAS threads
-        (on one-thread workers they took longer: bench/dask_ti.py).
+        (on one-thread workers they took longer: bench/dask_ti.py), each group of rungs as soon
+        as its rungs are back, while the workers sample the others (``evidence.pipeline``).
     **options : passed to the CV estimators.
 
     Returns
@@ -526,6 +526,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     check_temperable(model)
     if sampler not in ("nuts", "smc", "population"):
         raise ValueError(f"sampler={sampler!r}; use 'nuts', 'population' or 'smc'.")
+    if method not in METHODS or rule not in RULES:
+        raise ValueError(f"method={method!r}, rule={rule!r}; use a method of {sorted(METHODS)} and a rule of {RULES}.")
     for name, val in (("draws", draws), ("chains", chains)):
         if int(val) != val or val < 1:
             raise ValueError(f"{name}={val!r}; use a positive integer.")
@@ -544,6 +546,7 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         return _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed,
                               group_size, B, progressbar, compile_kwargs, {**options, "refine": refine},
                               compile_seconds, client, adapt_temperatures)
+    moments = None
     if sampler == "smc":
         from ..adapters.pymc_tempering import smc_rungs
 
@@ -551,16 +554,27 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
                              compile_kwargs=compile_kwargs)
         rungs = [rung_arrays(vals, terms, np.zeros(vals[0].shape[0], dtype=int)) for vals in rungs]
     else:
+        fitter = None
+        if client is not None and method != "mc" and not isinstance(temperatures, str):
+            from .pipeline import GroupFitter
+
+            # fit each group of rungs here while the workers sample the others
+            fitter = GroupFitter(_ladder(temperatures)[0], method, group_size, B,
+                                 0 if random_seed is None else random_seed, options)
         t, rungs = _nuts_rungs(model, temperatures, int(draws), int(tune), int(chains), random_seed, target_cess,
-                               max_rungs, progressbar, compile_kwargs, client)
+                               max_rungs, progressbar, compile_kwargs, client,
+                               on_rung=None if fitter is None else fitter.add)
+        if fitter is not None:
+            moments = fitter.moments()
     return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
-                           0 if random_seed is None else random_seed, options, refine=refine,
+                           0 if random_seed is None else random_seed, options, refine=refine, moments=moments,
                            sampling=time.perf_counter() - start, compile=compile_seconds)
 
 
 def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_cess, max_rungs, progressbar,
-                compile_kwargs, client):
-    """The ladder and its rungs' arrays, each rung an independent NUTS run (here or on ``client``)."""
+                compile_kwargs, client, on_rung=None):
+    """The ladder and its rungs' arrays, each rung an independent NUTS run (here or on ``client``);
+    ``on_rung(i, arrays)`` as rung i of a fixed ladder finishes."""
     from ..adapters.pymc_tempering import model_token, sample_rung
     from ..cluster import map_units
 
@@ -572,8 +586,10 @@ def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_ce
         # a rung's seed depends on its temperature's place in the first ladder it appeared in
         seeds = dict(zip(ladder, _rung_seeds(random_seed, len(ladder))))
         todo = [(ti, seeds[ti]) for ti in ladder if ti not in rungs]
+        where = {ti: i for i, ti in enumerate(ladder)}
+        done = None if on_rung is None else (lambda k, arrays: on_rung(where[todo[k][0]], arrays))
         out = map_units(sample_rung, todo, shared=(model, token, compile_kwargs, draws, tune, chains), client=client,
-                        progressbar=progressbar, description="Sampling power posteriors")
+                        progressbar=progressbar, description="Sampling power posteriors", on_result=done)
         rungs.update({ti: arrays for (ti, _), arrays in zip(todo, out)})
 
     run(t)
