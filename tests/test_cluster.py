@@ -130,3 +130,21 @@ def test_metacv_tasks_on_the_cluster_give_the_serial_estimates(client):
     truth = np.array([a for _, a in tests])
     assert np.abs(remote.estimate - truth).mean() < np.abs(remote.mc_estimate - truth).mean()
 
+
+
+def test_large_n_kernel_cv_with_its_features_on_the_workers(client):
+    """Above exact_max_n the inducing-point features live on the workers (a dask array): the same
+    estimates as the local fit, to far below their se, and close to the truth."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(1500, 2))
+    f = np.column_stack([x[:, 0] ** 2 + np.sin(x[:, 1]), np.cos(x[:, 0])])  # E = 1, exp(-1/2)
+    chain = np.repeat([0, 1], 750)
+    kw = dict(method="cf", chain=chain, exact_max_n=600, random_seed=2)
+    here = pymc_cv.cv_estimate(f, x, -x, **kw)
+    there = pymc_cv.cv_estimate(f, x, -x, client=client, **kw)
+    assert list(there.method) == list(here.method) == ["cf-nystrom"] * 2
+    assert np.all(np.abs(there.estimate - here.estimate) < 1e-3 * here.se)
+    np.testing.assert_allclose(there.se, here.se, rtol=1e-3)
+    assert np.all(np.abs(there.estimate - [1.0, np.exp(-0.5)]) < 4 * there.se)
+    with pytest.raises(TypeError, match="dask.distributed.Client"):
+        pymc_cv.cv_estimate(f, x, -x, client="localhost", **kw)

@@ -131,7 +131,7 @@ def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, w
                                  orders, labels)
         suffix = ""
     else:
-        choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng)
+        choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng, client=opts["client"])
         fits = choice.fits
         info["n_inducing"] = choice.m
         suffix = "-nystrom"
@@ -219,6 +219,7 @@ def cv_estimate(
     kernel_max_dim=50,
     random_seed=0,
     check_scores=True,
+    client=None,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
 
@@ -272,6 +273,11 @@ def cv_estimate(
         Check the scores against the draws first (the Stein identities E[s] = 0 and
         E[(x - Ex) s_i] = -1, within their MCSE): an error when they fail by far (wrong sign,
         other data), a note and ``se_reliable=False`` when mildly.
+    client : dask.distributed.Client, optional
+        Above ``exact_max_n`` draws, keep the inducing-point features (N x M) as a dask array on
+        the cluster's workers, in chunks of whole held-out blocks, instead of in this process's
+        memory (the draws themselves stay here).  The estimates agree with the local fit up to
+        the order of the sums.
 
     Returns
     -------
@@ -296,7 +302,11 @@ def cv_estimate(
                             exact_max_n=exact_max_n, kernel_max_dim=kernel_max_dim, tune=tune, ard=ard,
                             poly_order=poly_order)
     chain = opts.pop("chain")
-    opts.update(kernel=kernel)
+    if client is not None:
+        from ..cluster import check_client
+
+        client = check_client(client)
+    opts.update(kernel=kernel, client=client)
     rep = repeated_draws(X)
     score_note = apply_stein_check(X, S, chain, repeats=rep) if check_scores else None
     rng = np.random.default_rng(random_seed)

@@ -48,6 +48,25 @@ def _cross_gram(kernel, B, X, S, tau, Z, SZ, tz):
     return K
 
 
+def design_for(X, S, tau, T, order):
+    """The intercept/polynomial design of ``order`` and its width, checked against the draws."""
+    P = design_matrix(X, S, tau, T, order)
+    N, p = P.shape
+    if N - p - 1 < 2:
+        raise ValueError(f"{N} draws cannot fit {p} intercept/polynomial coefficients; lower poly_order.")
+    return P, p
+
+
+def coefficient_se(L, p, e, c, Kmm, nug):
+    """Model se (p, k) of the design coefficients under the equivalent Gaussian model (module docstring)."""
+    N, M = e.shape[0], Kmm.shape[0]
+    penalty = nug * np.einsum("mk,mk->k", c, Kmm @ c)
+    s2 = (np.einsum("nk,nk->k", e, e) + penalty) / max(N - p, 1)
+    Ainv_diag = np.sum(linalg.solve_triangular(L, np.eye(p + M)[:, :p], lower=True, check_finite=False) ** 2,
+                       axis=0)
+    return np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
+
+
 def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing):
     """Inducing-point kernel CVs of the columns of ``Y`` for each order in ``orders``; the
     same return as :func:`kernel_cv.fit_exact_heldout`.  ``inducing`` indexes the z_j."""
@@ -62,10 +81,7 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
     KtY = Knm.T @ Y
     out = []
     for order in orders:
-        P = design_matrix(X, S, tau, T, order)
-        p = P.shape[1]
-        if N - p - 1 < 2:
-            raise ValueError(f"{N} draws cannot fit {p} intercept/polynomial coefficients; lower poly_order.")
+        P, p = design_for(X, S, tau, T, order)
         # normal matrix of F = [P, K_NM] without forming F (it would double the memory)
         A = np.empty((p + M, p + M))
         A[:p, :p] = P.T @ P
@@ -77,11 +93,7 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
         theta = linalg.cho_solve((L, True), rhs, check_finite=False)
         beta, c = theta[:p], theta[p:]
         e = Y - P @ beta - Knm @ c
-        penalty = nug * np.einsum("mk,mk->k", c, Kmm @ c)
-        s2 = (np.einsum("nk,nk->k", e, e) + penalty) / max(N - p, 1)
-        Ainv_diag = np.sum(linalg.solve_triangular(L, np.eye(p + M)[:, :p], lower=True,
-                                                   check_finite=False) ** 2, axis=0)
-        beta_se = np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
+        beta_se = coefficient_se(L, p, e, c, Kmm, nug)
 
         # G = L^-1 F' once (a (p + M) x N panel), so that H_BB = G_B' G_B for every block
         G = np.empty((p + M, N))
@@ -106,15 +118,23 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
 
 
 def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, m_start=250, m_max=1000,
-                    tol=0.1, mem_bytes=1e9):
+                    tol=0.1, mem_bytes=1e9, client=None):
     """Fit with M = m_start, 2 m_start, ... inducing draws and keep the M after which the held-out
-    error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`."""
+    error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`.
+    With a dask.distributed ``client`` the features are a dask array on its workers
+    (``nystrom_dask``) and ``mem_bytes`` no longer bounds M."""
     N = X.shape[0]
-    m_cap = int(min(m_max, N // 2, max(m_start, mem_bytes // (8 * N))))
+    m_cap = int(min(m_max, N // 2, max(m_start, mem_bytes // (8 * N)) if client is None else m_max))
     order = rng.permutation(N)  # nested inducing sets: each M extends the last
     best, path, M = None, [], min(m_start, m_cap)
     while True:
-        fits = fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, np.sort(order[:M]))
+        args = (X, S, Y, tau, T, kernel, B, nugget, orders, labels, np.sort(order[:M]))
+        if client is None:
+            fits = fit_nystrom_heldout(*args)
+        else:
+            from .nystrom_dask import fit_nystrom_heldout_dask
+
+            fits = fit_nystrom_heldout_dask(*args, client)
         scale = np.maximum(np.var(Y, axis=0), 1e-300)
         err = min(float(np.sum(np.mean(f.resid**2, axis=0) / scale)) for f in fits)
         path.append((M, err))

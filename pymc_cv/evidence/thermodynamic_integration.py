@@ -538,8 +538,11 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         raise ValueError("client= distributes rungs (sampler='nuts') or chains (sampler='population'); the "
                          "stages of SMC depend on each other. Drop client or choose another sampler.")
     start = time.perf_counter()
-    # with a client the workers compile what they sample with; here only what the CVs need
-    terms, tempered = compiled(model, compile_kwargs, need_nuts=sampler != "smc" and client is None)
+    # with a client the workers compile what they sample with, and NUTS rungs come back with their
+    # gradients: nothing to compile here then (the workers start on the rungs sooner)
+    terms = tempered = None
+    if sampler != "nuts" or client is None:
+        terms, tempered = compiled(model, compile_kwargs, need_nuts=sampler != "smc" and client is None)
     compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if sampler == "population":
