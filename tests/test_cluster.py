@@ -148,3 +148,10 @@ def test_large_n_kernel_cv_with_its_features_on_the_workers(client):
     assert np.all(np.abs(there.estimate - [1.0, np.exp(-0.5)]) < 4 * there.se)
     with pytest.raises(TypeError, match="dask.distributed.Client"):
         pymc_cv.cv_estimate(f, x, -x, client="localhost", **kw)
+    # the vv-CV's inducing solver too: two tasks on their own draws
+    xs = [x[:750], 0.5 + x[750:]]
+    fs = [xi[:, 0] ** 2 + np.sin(xi[:, 1]) for xi in xs]
+    vkw = dict(solver="inducing", n_inducing=150, chain=[chain[:750], chain[750:]], random_seed=1)
+    here = pymc_cv.vvcv_estimate(fs, xs, [-x[:750], -(xs[1] - 0.5)], **vkw)
+    there = pymc_cv.vvcv_estimate(fs, xs, [-x[:750], -(xs[1] - 0.5)], client=client, **vkw)
+    assert np.all(np.abs(there.estimate - here.estimate) < 1e-3 * here.se)

@@ -127,6 +127,7 @@ def vvcv_estimate(
     fallback=True,
     random_seed=0,
     check_scores=True,
+    client=None,
 ):
     """Estimate T related integrals E_{pi_t}[f_t] jointly with vector-valued control variates.
 
@@ -160,6 +161,9 @@ def vvcv_estimate(
     random_seed : int
     check_scores : bool
         Check every task's scores against its draws (see :func:`cv_estimate`).
+    client : dask.distributed.Client, optional
+        With ``solver="inducing"``, keep the inducing-point features as a dask array on the
+        cluster's workers (see :func:`cv_estimate`).
 
     Returns
     -------
@@ -220,7 +224,7 @@ def vvcv_estimate(
         solver_used = solver if solver != "auto" else ("exact" if N <= exact_max_n else "inducing")
         est_std, se_model, resid, zs, Bused, hyper = _run_general(
             X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
-            chains, solver_used, n_inducing, rng,
+            chains, solver_used, n_inducing, rng, client,
         )
 
     info = {**hyper, "B": Bused, "solver": solver_used}
@@ -272,7 +276,7 @@ def _run_shared(X, S, Y, kern0, B0, learn, nugget, tune, order, max_tune_points,
 
 
 def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
-                 chains, solver, n_inducing, rng):
+                 chains, solver, n_inducing, rng, client=None):
     idx = subsample_per_task(tau, T, max_tune_points, rng)
     kern, nug, B = _tune(kern0, X[idx], S[idx], y[idx], tau[idx], T, B0, order, nugget, tune, learn)
     N = y.size
@@ -284,7 +288,14 @@ def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tun
         offset = labels[it].max() + 1
     if solver == "inducing":
         ind = np.sort(subsample_per_task(tau, T, n_inducing, rng))
-        fit = fit_nystrom_heldout(X, S, y[:, None], tau, T, kern, B, nug, [order], labels, ind)[0]
+        args = (X, S, y[:, None], tau, T, kern, B, nug, [order], labels, ind)
+        if client is None:
+            fit = fit_nystrom_heldout(*args)[0]
+        else:
+            from ..cluster import check_client
+            from .nystrom_dask import fit_nystrom_heldout_dask
+
+            fit = fit_nystrom_heldout_dask(*args, check_client(client))[0]
     else:
         fit = fit_exact_heldout(X, S, y[:, None], tau, T, kern, B, nug, [order], labels)[0]
     r, z = fit.resid[:, 0], fit.z[:, 0]
