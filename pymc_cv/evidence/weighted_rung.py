@@ -49,6 +49,19 @@ def _weighted_fit(D, Y, W, labels):
     return coef[0], resid / sw
 
 
+def _weights_khat(log_w):
+    """PSIS k-hat of the weights; nan when there is no tail to fit (under 25 draws, or the largest
+    weights all equal, e.g. equal weights), where ArviZ 0.x says inf and arviz-stats raises."""
+    n = log_w.size
+    tail = int(np.ceil(min(0.2 * n, 3 * np.sqrt(n)))) + 1
+    if n < 25 or np.ptp(np.sort(log_w)[-tail:]) == 0:
+        return np.nan
+    try:
+        return psis_khat(log_w)
+    except ValueError:  # arviz-stats: "All tail values are the same" (ties within the tail)
+        return np.nan
+
+
 def _orders(n, d, max_order):
     # an order is tried when the draws with weight are at least twice its number of coefficients
     return [o for o in range(max_order + 1) if o == 0 or n > 2 * (1 + n_polynomial_features(d, o))]
@@ -115,7 +128,7 @@ def weighted_moments(loglik, samples, score, weights, *, chain=None, center=None
         better = se < 0.99 * best[1] - 1e-10 * mc[1]
         best[0][better], best[1][better], best[2][better] = est[better], se[better], f"zv{order}"
     ess = float(1.0 / np.sum(W**2))
-    khat = psis_khat(np.log(W)) if n >= 25 else np.nan
+    khat = _weights_khat(np.log(W))
     notes = []
     if np.isfinite(khat) and khat > KHAT_THRESHOLD:
         notes.append(f"the importance weights are heavy-tailed (PSIS k-hat {khat:.2f} > {KHAT_THRESHOLD}, Kish "
