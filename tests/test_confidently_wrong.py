@@ -113,7 +113,7 @@ def test_repeated_draws_do_not_make_the_se_overconfident():
         X = np.repeat(x, rng.integers(1, 4, size=70), axis=0)
         res = pymc_cv.cv_estimate(np.sin(X[:, 0]) + np.cos(2 * X[:, 0]), X, -X, method="secf")
         covered.append(abs(res.estimate - np.exp(-2)) <= 2 * res.se)
-        assert "repeat an earlier one" in res.notes[0]
+        assert any("repeat an earlier one" in note for note in res.notes)
     assert np.mean(covered) >= 0.85  # measured 0.97 (0.93 on the same draws without repeats)
 
 

@@ -29,6 +29,7 @@ from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
+from .uncertainty import heavy_tail_note
 from .validation import check_cv_options, check_task
 from .zero_variance import zero_variance_candidate
 
@@ -128,10 +129,11 @@ def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, w
     info = {"kernel": kernel, "nugget": nugget}
     if n <= opts["exact_max_n"]:
         fits = fit_exact_heldout(X, S, Ysub, tau, 1, kernel, B, nugget if weights is None else nugget / weights,
-                                 orders, labels)
+                                 orders, labels, keep_fit=opts["return_fit"])
         suffix = ""
     else:
-        choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng, client=opts["client"])
+        choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng, client=opts["client"],
+                                 keep_fit=opts["return_fit"])
         fits = choice.fits
         info["n_inducing"] = choice.m
         suffix = "-nystrom"
@@ -143,7 +145,7 @@ def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, w
         name = ("secf" if fit.poly_order else "cf") + suffix
         out.append(Candidate(name, fit.beta[0], fit.resid, fit.z, fit.beta_se[0],
                              {**info, "poly_order": fit.poly_order}, columns=cols, influence=fit.influence,
-                             labels=labels))
+                             labels=labels, split_shift=fit.split_shift[0], predictor=fit.predictor))
     return out
 
 
@@ -155,7 +157,17 @@ def _rescale(cand, loc, scale):
     cand.resid = cand.resid * sc
     if cand.se_model is not None:
         cand.se_model = cand.se_model * sc
+    if cand.split_shift is not None:
+        cand.split_shift = cand.split_shift * sc
+    if cand.jackknife is not None:
+        cand.jackknife = cand.jackknife * sc
+    if cand.predictor is not None:
+        cand.predictor = _scaled(cand.predictor, sc)
     return cand
+
+
+def _scaled(predictor, scale):
+    return lambda X, S: predictor(X, S) * scale
 
 
 def _planned_methods(method, n, d):
@@ -174,7 +186,8 @@ def _zv_candidates(orders, Xs, Ss, Ystd, live, zv_penalty, chain, opts, random_s
     for order in orders:
         try:
             cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
-                                           random_seed, first=None if rep is None else rep[0])
+                                           random_seed, first=None if rep is None else rep[0],
+                                           keep_fit=opts["return_fit"])
         except ValueError as err:
             if strict:
                 raise
@@ -220,6 +233,8 @@ def cv_estimate(
     random_seed=0,
     check_scores=True,
     client=None,
+    return_fit=False,
+    same_method=False,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
 
@@ -278,6 +293,15 @@ def cv_estimate(
         the cluster's workers, in chunks of whole held-out blocks, instead of in this process's
         memory (the draws themselves stay here).  The estimates agree with the local fit up to
         the order of the sums.
+    same_method : bool
+        With ``method="auto"`` or ``"zv"``: every integrand uses the method chosen for the first
+        one (by default each integrand gets the one with the smallest se).  For integrands
+        estimated together, such as a second moment and its mean: for a skewed integrand, low
+        estimates come with low se's, and choosing by the se picks them.
+    return_fit : bool
+        Keep each integrand's fitted control variate in ``CVResult.fits`` (a
+        :class:`~pymc_cv.core.cvfit.CVFit` with ``.predict(samples, scores)``); off by default,
+        when the result keeps nothing the size of the kernel fit.
 
     Returns
     -------
@@ -306,7 +330,7 @@ def cv_estimate(
         from ..cluster import check_client
 
         client = check_client(client)
-    opts.update(kernel=kernel, client=client)
+    opts.update(kernel=kernel, client=client, return_fit=bool(return_fit))
     rep = repeated_draws(X)
     score_note = apply_stein_check(X, S, chain, repeats=rep) if check_scores else None
     rng = np.random.default_rng(random_seed)
@@ -335,12 +359,17 @@ def cv_estimate(
                 raise
             notes.append(f"kernel CVs skipped ({err})")
     candidates = [_rescale(c, loc, scale) for c in candidates]
-    res = finalize(Y, chain, candidates, choose="first" if strict else "best",
-                   fallback=not strict, notes=notes)
+    res = finalize(Y, chain, candidates, choose="first" if strict else ("as_first" if same_method else "best"),
+                   fallback=not strict, notes=notes, standardizer=std if return_fit else None)
+    tail_note = heavy_tail_note(X)
+    if tail_note:
+        res.mark_unreliable(tail_note, res.method != "mc")
     if score_note:
         res.mark_unreliable(score_note)
     if one_d:
         for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
-                    "khat"):
+                    "khat", "split_shift"):
             setattr(res, key, getattr(res, key)[0])
+        if res.fits is not None:
+            res.fits = res.fits[0]
     return res

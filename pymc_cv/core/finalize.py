@@ -7,12 +7,11 @@ Every estimator (``cv_estimate``, ``vvcv_estimate``, ``MetaCV.estimate``) produc
 
 - variance reduction: (MC se / se of the held-out residuals)^2, both with ArviZ's ESS;
 - se: the model se (kernel CVs, see ``uncertainty``; for MCMC draws at least the held-out
-  residuals' se) or the held-out se, at least the block-jackknife se, plus the cross-fit gap
-  (how far the estimate moves when every draw is judged by a fit that did not see it); never
-  below floating-point round-off;
-- se_reliable: False where the held-out residuals are heavy-tailed (Pareto k-hat > 0.7): often
-  a fit that interpolates the draws, whose se then usually covers, but not always (exp(x/2),
-  d = 2, n = 100: 7 of 30 missed, all with k-hat 0.68-1.5);
+  residuals' se) or the held-out se, at least the block-jackknife se, plus the half-split shift
+  (how far the estimate moves when the fit sees only half of the draws, ``heldout``; the
+  cross-fit gap where a half cannot be fitted); never below floating-point round-off;
+- se_reliable: set False by the checks of the inputs (scores, heavy-tailed draws, divergences,
+  see ``uncertainty``), not here; ``khat``, the tail of the held-out residuals, is reported;
 - a method whose held-out residuals lost to MC is reported with the held-out se, never its
   model se alone, and with a note; under ``method="auto"`` (or ``fallback``) the MC mean is
   reported instead.
@@ -24,9 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .cvfit import CVFit, column_predictor
 from .result import CVResult
-from .standard_errors import KHAT_THRESHOLD, mcse_mean
-from .uncertainty import combine_se, reliability, roundoff_floor
+from .standard_errors import mcse_mean
+from .uncertainty import combine_se, residual_khat, roundoff_floor
 
 __all__ = ["Candidate", "finalize"]
 
@@ -52,6 +52,13 @@ class Candidate:
     # for the block jackknife: the estimate without fold B is estimate - sum_B influence * resid
     influence: np.ndarray | None = None
     labels: np.ndarray | None = None
+    # (k,): mean of the estimates of fits on halves of the draws minus the estimate
+    # (``heldout.half_split_shift``); None where the method has none
+    split_shift: np.ndarray | None = None
+    jackknife: np.ndarray | None = None  # (k,): block-jackknife se from refits, where no influence exists
+    # (standardised draws, scores) -> (n, k): the zero-mean part of the fitted CVs, in the units of
+    # the integrands; only with ``return_fit=True``
+    predictor: object | None = None
 
     def _fold_deltas(self, r):
         """(fold index of each draw, per fold sum of influence * r): how far the estimate moves
@@ -64,6 +71,8 @@ class Candidate:
 
     def jackknife_se(self, i):
         """Block-jackknife se of estimate i over the held-out folds (nan without influence)."""
+        if self.jackknife is not None:
+            return float(self.jackknife[i])
         if self.influence is None or self.labels is None:
             return np.nan
         _, delta = self._fold_deltas(self.resid[:, i])
@@ -73,13 +82,13 @@ class Candidate:
         return float(np.sqrt((K - 1) / K * np.sum((delta - delta.mean()) ** 2)))
 
     def crossfit_gap(self, i, r):
-        """|cross-fitted estimate - estimate| for integrand i: the mean over draws of the residual
+        """Cross-fitted estimate minus estimate for integrand i: the mean over draws of the residual
         plus the intercept of the fit that did not see the draw (0 without influence).  A fit that
         leans on the draws it saw (the tails it extrapolates to) shows it here."""
         if self.influence is None or self.labels is None:
             return 0.0
         inv, delta = self._fold_deltas(r)
-        return float(abs(np.mean(r) - np.mean(delta[inv])))
+        return float(np.mean(r) - np.mean(delta[inv]))
 
     def index_of(self, j):
         if self.columns is None:
@@ -107,16 +116,19 @@ def _assess(cand, i, c, mcse, floor):
         se = max(se, se_jack)
     if vr <= 1.0:  # the held-out residuals say the fit lost to MC: its model se is not believed
         se = max(se, se_held)
-    gap = cand.crossfit_gap(i, r)
-    # added, not in quadrature: the gap is a bias of the fit, not noise independent of the rest
-    # (bench/se_coverage: exp(x0 / 2) covered 65-85% without it, 75-95% with it in quadrature,
-    # 90-100% added; the price, on a bounded integrand, an se 3.7x the rmse instead of 2x)
-    se_all = se + gap
-    return {"cand": cand, "i": i, "vr": vr, "se": se_all, "r": r}
+    # the fit's bias from what its draws do not show: how far fits on half the draws move the
+    # estimate (the cross-fit gap where a half cannot be fitted).  On exp(x0 / 2), d = 2, n = 200
+    # the se covered 67% without a bias term, 73% with the 10-fold cross-fit gap and 97% with the
+    # half-split shift, which on sin + cos (n = 100) costs an se 3.4x the rmse (1.5x without)
+    split = np.nan if cand.split_shift is None else float(cand.split_shift[i])
+    shift = split if np.isfinite(split) else cand.crossfit_gap(i, r)
+    # added, not in quadrature: the shift is a bias of the fit, not noise independent of the rest
+    se_all = se + abs(shift)
+    return {"cand": cand, "i": i, "vr": vr, "se": se_all, "r": r, "shift": shift}
 
 
 def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integrand", notes=None,
-             method_label=None):
+             method_label=None, standardizer=None):
     """A :class:`CVResult` for the k integrands (columns of ``Y``) from candidate fits.
 
     Parameters
@@ -125,25 +137,35 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
         Integrand values; ``chain`` as for ``cv_estimate``, or a list of k label arrays
         (None entries for independent draws) when columns are tasks with draws of their own.
     candidates : list of Candidate
-    choose : {"best", "first"}
+    choose : {"best", "first", "as_first"}
         "best": per integrand the candidate with the smallest se as it would be reported, among
         those that beat MC on held-out draws if any did; "first": the first candidate that
-        fitted it (an explicit method).
+        fitted it (an explicit method); "as_first": the candidate "best" chose for integrand 0,
+        for every integrand it fitted (a second moment following its mean: choosing by the
+        smallest se picks the low estimates of a skewed integrand, whose se is low with them).
     fallback : bool
         Report the MC mean where the chosen candidate did not beat MC on held-out draws.
     kind : str
         "integrand" or "task", for the notes.
+    standardizer : Standardizer, optional
+        With it, ``CVResult.fits`` holds each integrand's chosen fit as a :class:`CVFit` (the
+        candidates must carry predictors: ``return_fit=True``).
     Y may also be a list of k 1-d arrays of different lengths (tasks).
     """
     cols = [np.asarray(Y[:, j]) for j in range(Y.shape[1])] if isinstance(Y, np.ndarray) else list(Y)
     chains = chain if isinstance(chain, list) else [chain] * len(cols)
     notes = list(notes or [])
-    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid")}
+    first_choice = None
+    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid", "fit", "shift")}
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc, mcse = float(np.mean(y)), mcse_mean(y, c)
         floor = roundoff_floor(y)
         tried = []
-        for cand in candidates:
+        if choose == "as_first" and j > 0 and first_choice is not None:
+            candidates_j = [first_choice] if first_choice.index_of(j) is not None else candidates
+        else:
+            candidates_j = candidates
+        for cand in candidates_j:
             i = cand.index_of(j)
             if i is None or not np.isfinite(cand.estimate[i]):
                 continue
@@ -156,7 +178,9 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
             # the smallest se as reported (model, held-out and jackknife parts), not the held-out
             # one alone: a fit that looks best on held-out draws but moves with them loses
             helped = [a for a in tried if a["vr"] > 1.0]  # no fallback to MC while a CV beat it
-            a = min(helped or tried, key=lambda a: a["se"]) if choose == "best" else tried[0]
+            a = tried[0] if choose == "first" else min(helped or tried, key=lambda a: a["se"])
+            if j == 0:
+                first_choice = a["cand"]
             cand, i, vr, se, r = a["cand"], a["i"], a["vr"], a["se"], a["r"]
             name = method_label or cand.name
             if vr <= 1.0 and fallback:
@@ -169,21 +193,23 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
                                  f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
                                  "method='auto' or 'mc'.")
                 z = cand.z[i] if isinstance(cand.z, list) else cand.z[:, i]
-                reliable, khat = reliability(z)
-                if not reliable:
-                    notes.append(f"{_label(kind, j)}: held-out residuals are heavy-tailed (Pareto k-hat "
-                                 f"{khat:.2f} > {KHAT_THRESHOLD}); the se may be too small.")
-                rec = (float(cand.estimate[i]), se, name, vr, reliable, khat, cand.info, r)
+                rec = (float(cand.estimate[i]), se, name, vr, True, residual_khat(z), cand.info, r)
         est, se, name, vr, ok, khat, info, r = rec
-        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid"),
-                            (est, se, mc, mcse, name, vr, ok, khat, info, r - np.mean(r))):
+        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid", "shift"),
+                            (est, se, mc, mcse, name, vr, ok, khat, info, r - np.mean(r),
+                             a["shift"] if info is not None else 0.0)):
             out[key].append(val)
+        if standardizer is not None:
+            chosen = info is not None and cand.predictor is not None
+            zero_mean = column_predictor(cand.predictor, i) if chosen else (lambda X, S: np.zeros(X.shape[0]))
+            out["fit"].append(CVFit(name, est, zero_mean, standardizer))
 
     return CVResult(
         estimate=np.asarray(out["est"], float), se=np.asarray(out["se"], float),
         mc_estimate=np.asarray(out["mc"], float), mc_se=np.asarray(out["mcse"], float),
         method=np.asarray(out["meth"], object), variance_reduction=np.asarray(out["vr"], float),
         se_reliable=np.asarray(out["ok"], bool), khat=np.asarray(out["khat"], float),
+        split_shift=np.asarray(out["shift"], float),
         hyperparameters=out["hyper"], notes=notes, values=[np.array(y, dtype=float) for y in cols],
-        heldout_residuals=out["resid"],
+        heldout_residuals=out["resid"], fits=out["fit"] if standardizer is not None else None,
     )

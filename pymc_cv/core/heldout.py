@@ -16,9 +16,17 @@ residuals of all blocks and all integrands; no refit.  Their covariance under
 the fit's Gaussian model is proportional to (Q_BB)^-1, which standardises
 them for the tail check.  Methods with no such form (lasso ZV-CVs, Meta-CVs)
 refit per fold through :func:`refit_residuals`.
+
+A fit biased by what its draws do not show (the tails an exp(x / 2) integrand lives in) is more
+biased on fewer draws.  :func:`half_split_shift` refits on halves of the draws (made of alternate
+folds) with the same hyperparameters: how far the estimate moves from half to all of the draws
+measures that bias where the held-out residuals, tiny wherever the draws are, do not
+(``finalize`` adds it to the se).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 from scipy import linalg
@@ -26,7 +34,8 @@ from scipy.linalg import lapack
 
 from .threads import blas_threads
 
-__all__ = ["fold_labels", "repeated_draws", "deletion_residuals", "refit_residuals", "MAX_BLOCK"]
+__all__ = ["fold_labels", "repeated_draws", "deletion_residuals", "refit_residuals", "split_parts",
+           "split_halves", "half_split_shift", "MAX_BLOCK"]
 
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
 # autocorrelation time buy nothing
@@ -142,3 +151,41 @@ def refit_residuals(fit_predict, n, labels):
         resid[idx] = r
         z[idx] = r if zz is None else zz
     return resid, z
+
+
+
+def split_parts(labels, parts):
+    """``parts`` subsamples of the draws made of alternate held-out folds (fold i goes to part
+    i mod parts), as boolean masks: each spans every chain from start to end, repeated draws stay
+    together because their folds do, and the quarters (parts=4) nest in the halves (parts=2)."""
+    ids = np.unique(labels, return_inverse=True)[1].ravel()
+    return [ids % parts == i for i in range(parts)]
+
+
+
+def split_halves(labels):
+    """Halves of the draws, as boolean masks, for :func:`half_split_shift`: the six unions of two
+    of the quarters ``split_parts(labels, 4)`` (the three ways to pair them) when every quarter
+    holds draws, else the two alternate-fold halves."""
+    quarters = split_parts(labels, 4)
+    if all(q.sum() >= 2 for q in quarters):
+        return [quarters[a] | quarters[b] for a, b in itertools.combinations(range(4), 2)]
+    return split_parts(labels, 2)
+
+
+def half_split_shift(fit_on, labels, full):
+    """Mean of the estimates of fits on half of the draws minus ``full`` (the fit on all of them).
+
+    ``fit_on(mask)`` fits the same method with the same hyperparameters to the draws in ``mask``
+    and returns estimates shaped like ``full``; if it raises ``ValueError`` or ``LinAlgError``
+    (too few draws for the design) the shift is NaN.  Six half-fits (:func:`split_halves`) average
+    out more of the noise of which draws a half holds than two would, while the bias stays: on
+    sin(x0) + cos(x1) the se with two half-fits was 4.9x the rmse of SECF (n = 100), with six 4.5x.
+    """
+    halves = split_halves(labels)
+    if any(h.sum() < 2 for h in halves):
+        return np.full_like(full, np.nan)
+    try:
+        return np.mean([fit_on(h) for h in halves], axis=0) - full
+    except (ValueError, linalg.LinAlgError):
+        return np.full_like(full, np.nan)

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .heldout import deletion_residuals
-from .kernel_cv import ExactHeldout, design_matrix, stein_gram
+from .heldout import deletion_residuals, half_split_shift, split_parts
+from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter
 
-__all__ = ["fit_nystrom_heldout", "choose_inducing"]
+__all__ = ["fit_nystrom_heldout", "choose_inducing", "normal_fit_on"]
 
 _CHUNK = 20_000  # rows of K_NM computed at once (bounds the kernel's temporaries)
 
@@ -67,7 +67,7 @@ def coefficient_se(L, p, e, c, Kmm, nug):
     return np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
 
 
-def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing):
+def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing, keep_fit=False):
     """Inducing-point kernel CVs of the columns of ``Y`` for each order in ``orders``; the
     same return as :func:`kernel_cv.fit_exact_heldout`.  ``inducing`` indexes the z_j."""
     Knm = _cross_gram(kernel, B, X, S, tau, X[inducing], S[inducing], tau[inducing])
@@ -76,22 +76,31 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
     M = Kmm.shape[0]
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tau[inducing]]))
     N, k = Y.shape
-    KtK = Knm.T @ Knm  # shared by every design
-    KtK += nug * Kmm
-    KtY = Knm.T @ Y
+    quarters = split_parts(labels, 4)
+    # F'F and F'Y as sums over quarters of the draws: the fits on halves of them (same
+    # hyperparameters, ``heldout.half_split_shift``) then cost no extra pass over K_NM
+    KtK = [Knm[q].T @ Knm[q] for q in quarters]  # shared by every design
+    KtY = [Knm[q].T @ Y[q] for q in quarters]
     out = []
     for order in orders:
         P, p = design_for(X, S, tau, T, order)
-        # normal matrix of F = [P, K_NM] without forming F (it would double the memory)
-        A = np.empty((p + M, p + M))
-        A[:p, :p] = P.T @ P
-        A[:p, p:] = P.T @ Knm
-        A[p:, :p] = A[:p, p:].T
-        A[p:, p:] = KtK
+        # normal matrices of F = [P, K_NM] per quarter without forming F (it would double the memory)
+        parts = []
+        for q, ktk, kty in zip(quarters, KtK, KtY):
+            Aq = np.empty((p + M, p + M))
+            Aq[:p, :p] = P[q].T @ P[q]
+            Aq[:p, p:] = P[q].T @ Knm[q]
+            Aq[p:, :p] = Aq[:p, p:].T
+            Aq[p:, p:] = ktk
+            parts.append((Aq, np.concatenate([P[q].T @ Y[q], kty])))
+        penalty = np.zeros((p + M, p + M))
+        penalty[p:, p:] = nug * Kmm
+        A = sum(a for a, _ in parts) + penalty
         L, _ = cholesky_jitter(A)
-        rhs = np.concatenate([P.T @ Y, KtY])
+        rhs = sum(b for _, b in parts)
         theta = linalg.cho_solve((L, True), rhs, check_finite=False)
         beta, c = theta[:p], theta[p:]
+        shifts = half_split_shift(normal_fit_on(quarters, parts, penalty, T), labels, theta[:T])
         e = Y - P @ beta - Knm @ c
         beta_se = coefficient_se(L, p, e, c, Kmm, nug)
 
@@ -113,12 +122,23 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
         influence = P @ a0[:p] + Knm @ a0[p:]
         resid, z = deletion_residuals(e, q_diag, q_block, labels)
         del G
-        out.append(ExactHeldout(order, beta, beta_se, resid, z, influence))
+        out.append(ExactHeldout(order, beta, beta_se, resid, z, influence, shifts, kernel_predictor(
+            kernel, B, X[inducing], S[inducing], tau[inducing], T, order, c, beta) if keep_fit else None))
     return out
 
 
+def normal_fit_on(quarters, parts, penalty, T):
+    """``fit_on(mask)`` for ``heldout.half_split_shift`` from per-quarter normal matrices and
+    right-hand sides ``parts``: a mask made of whole quarters is fitted from their sums."""
+    def fit_on(mask):
+        inside = [i for i, q in enumerate(quarters) if mask[q].all()]
+        L, _ = cholesky_jitter(sum(parts[i][0] for i in inside) + penalty)
+        return linalg.cho_solve((L, True), sum(parts[i][1] for i in inside), check_finite=False)[:T]
+    return fit_on
+
+
 def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, m_start=250, m_max=1000,
-                    tol=0.1, mem_bytes=1e9, client=None):
+                    tol=0.1, mem_bytes=1e9, client=None, keep_fit=False):
     """Fit with M = m_start, 2 m_start, ... inducing draws and keep the M after which the held-out
     error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`.
     With a dask.distributed ``client`` the features are a dask array on its workers
@@ -130,11 +150,11 @@ def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, 
     while True:
         args = (X, S, Y, tau, T, kernel, B, nugget, orders, labels, np.sort(order[:M]))
         if client is None:
-            fits = fit_nystrom_heldout(*args)
+            fits = fit_nystrom_heldout(*args, keep_fit=keep_fit)
         else:
             from .nystrom_dask import fit_nystrom_heldout_dask
 
-            fits = fit_nystrom_heldout_dask(*args, client)
+            fits = fit_nystrom_heldout_dask(*args, client, keep_fit=keep_fit)
         scale = np.maximum(np.var(Y, axis=0), 1e-300)
         err = min(float(np.sum(np.mean(f.resid**2, axis=0) / scale)) for f in fits)
         path.append((M, err))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from .heldout import _blocks, deletion_residuals
-from .kernel_cv import ExactHeldout, stein_gram
+from .heldout import _blocks, deletion_residuals, half_split_shift, split_parts
+from .kernel_cv import ExactHeldout, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter
-from .nystrom import coefficient_se, design_for
+from .nystrom import coefficient_se, design_for, normal_fit_on
 
 __all__ = ["fit_nystrom_heldout_dask"]
 
@@ -51,7 +51,8 @@ def _chunk_heldout(Fc, Yc, labc, L, theta, a0):
     return np.concatenate([resid, z, (Fc @ a0)[:, None], e], axis=1)
 
 
-def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing, client, rows=_ROWS):
+def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing, client, rows=_ROWS,
+                             keep_fit=False):
     """:func:`nystrom.fit_nystrom_heldout` with F on the workers of ``client``.
 
     The same fit; only the order of the sums in F'F differs, which the conditioning of the
@@ -96,16 +97,23 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
         return da.from_array(a, chunks=(sizes, a.shape[1]))
 
     dX, dS, dtau, dY, dlab = (chunked(a) for a in (X, S, tau, Y, labels))
+    quarters = split_parts(labels, 4)
+    dquarters = [chunked(q.astype(float)) for q in quarters]
     out = []
     for order in orders:
         P, p = design_for(X, S, tau, T, order)
         F = da.map_blocks(_features, dX, dS, dtau, chunked(P), kernel=kernel, B=B, Z=Z, SZ=SZ, tz=tz,
                           dtype=float, chunks=(sizes, p + M))
         F = client.persist(F)  # the features stay on the workers for both passes
-        A, FtY = client.compute([F.T @ F, F.T @ dY], sync=True)
-        A[p:, p:] += nug * Kmm
-        L, _ = cholesky_jitter(A)
-        theta = linalg.cho_solve((L, True), FtY, check_finite=False)
+        # F'F and F'Y per quarter of the draws (their sums are the full ones), for the fits on
+        # halves of them (``heldout.half_split_shift``)
+        sums = client.compute([x for dq in dquarters for x in ((F * dq).T @ F, (F * dq).T @ dY)], sync=True)
+        parts = list(zip(sums[::2], sums[1::2]))
+        penalty = np.zeros((p + M, p + M))
+        penalty[p:, p:] = nug * Kmm
+        L, _ = cholesky_jitter(sum(a for a, _ in parts) + penalty)
+        theta = linalg.cho_solve((L, True), sum(b for _, b in parts), check_finite=False)
+        shifts = half_split_shift(normal_fit_on(quarters, parts, penalty, T), labels, theta[:T])
         a0 = linalg.cho_solve((L, True), np.eye(p + M)[:, 0], check_finite=False)
         packed = da.map_blocks(_chunk_heldout, F, dY, dlab, L=L, theta=theta, a0=a0, dtype=float,
                                chunks=(sizes, 3 * k + 1))
@@ -113,5 +121,7 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
         client.cancel(F)
         resid, z, influence, e = packed[:, :k], packed[:, k:2 * k], packed[:, 2 * k], packed[:, 2 * k + 1:]
         beta = theta[:p]
-        out.append(ExactHeldout(order, beta, coefficient_se(L, p, e, theta[p:], Kmm, nug), resid, z, influence))
+        out.append(ExactHeldout(order, beta, coefficient_se(L, p, e, theta[p:], Kmm, nug), resid, z, influence,
+                                shifts, kernel_predictor(kernel, B, Z, SZ, tz, T, order, theta[p:], beta)
+                                if keep_fit else None))
     return out

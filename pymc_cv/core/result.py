@@ -22,15 +22,23 @@ class CVResult:
     mc_estimate, mc_se : the plain (MC/MCMC) mean and its standard error.
     method : the estimator used (``"mc"`` when a CV did not help under ``method="auto"``).
     variance_reduction : (mc_se / se)^2, from held-out residuals; > 1 means the CV helped.
-    se_reliable : False where the held-out residuals look heavy-tailed (Pareto k-hat of the
-        squared residuals above 0.7); the se may then be too small.
-    khat : that k-hat (nan when it could not be computed).
+    se_reliable : False where a check of the inputs says the se may be too small: draws with heavy
+        tails, scores that fail the Stein check, divergent transitions, too few draws per task.
+    split_shift : mean of the estimates of fits on halves of the draws minus the estimate (signed; 0
+        where the MC mean is reported): how far the fit moves with half of the draws, a bound on
+        its bias, and |split_shift| is part of ``se``.  Estimates combined linearly (thermodynamic
+        integration) combine these signed, since a bias of one sign adds up.
+    khat : Pareto k-hat of the squared standardised held-out residuals (nan when it could not be
+        computed): a diagnostic; above 0.7 the fit extrapolates from few draws, which fits that
+        nearly interpolate the draws always do (their se accounts for it).
     B : the task matrix used (vv-CVs only).
     notes : human-readable remarks (fallbacks, unreliable se, ...).
     values : list of arrays, the integrand values of each integrand (task).
     heldout_residuals : list of arrays, f - g at each draw from a fit that did not see that
         draw (centred; f minus the mean for rows reported as MC).  ``values - heldout_residuals``
         is the held-out fit that :func:`pymc_cv.plots.plot_cv_fit` draws against ``values``.
+    fits : list of :class:`~pymc_cv.core.cvfit.CVFit` (one :class:`CVFit` for 1-d ``values``), or
+        None: the fitted control variates, kept only with ``return_fit=True``.
 
     Examples
     --------
@@ -52,11 +60,13 @@ class CVResult:
     variance_reduction: np.ndarray
     se_reliable: np.ndarray
     khat: np.ndarray
+    split_shift: np.ndarray | None = None
     B: np.ndarray | None = None
     hyperparameters: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     values: list = field(default_factory=list, repr=False)
     heldout_residuals: list = field(default_factory=list, repr=False)
+    fits: list | None = field(default=None, repr=False)
 
     def mark_unreliable(self, note, which=slice(None)):
         """Put ``note`` first among the notes and set ``se_reliable`` False for ``which``

@@ -14,7 +14,7 @@ import numpy as np
 from scipy import linalg
 
 from .finalize import Candidate
-from .heldout import deletion_residuals, fold_labels, refit_residuals
+from .heldout import deletion_residuals, fold_labels, half_split_shift, refit_residuals, split_parts
 from .polynomial import n_polynomial_features, stein_polynomial_features
 
 __all__ = ["fit_zero_variance", "choose_penalty", "zero_variance_candidate"]
@@ -52,7 +52,7 @@ def fit_zero_variance(X, S, y, order, penalty=None, seed=0):
     return float(model.intercept_), np.asarray(model.coef_)
 
 
-def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first=None):
+def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first=None, keep_fit=False):
     """ZV-CV of every column of ``Y`` (n, k) with held-out residuals, as a :class:`Candidate`.
 
     Least squares is one QR for all columns, and its held-out residuals are the closed form
@@ -77,19 +77,51 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
             e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
             lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
         influence = Qm @ linalg.solve_triangular(R, np.eye(R.shape[0])[:, 0], trans="T", check_finite=False)
+        shift = half_split_shift(lambda m: _least_squares_intercepts(D[m], Y[m]), labels, coef[0])
+        gamma = coef[1:]
         return Candidate(name, coef[0], resid, z, None, {"order": order, "penalty": None},
-                         influence=influence, labels=labels)
+                         influence=influence, labels=labels, split_shift=shift,
+                         predictor=_polynomial_predictor(order, gamma) if keep_fit else None)
     est = np.empty(k)
+    jack = np.empty(k)
+    gamma = np.empty((n_polynomial_features(X.shape[1], order), k))
     resid = np.empty_like(Y)
     labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2), max_block=None,
                          first=first)
     for j in range(k):
-        est[j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed)[0]
+        est[j], gamma[:, j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed)
+        fold_intercepts = []
 
-        def fit_predict(train, test, y=Y[:, j]):
+        def fit_predict(train, test, y=Y[:, j], kept=fold_intercepts):
             b0, gamma = fit_zero_variance(X[train], S[train], y[train], order, pen, seed)
+            kept.append(b0)
             r = y[test] - b0 - stein_polynomial_features(X[test], S[test], order) @ gamma
             return r, None
 
         resid[:, j] = refit_residuals(fit_predict, n, labels)[0]
-    return Candidate(name, est, resid, resid, None, {"order": order, "penalty": pen})
+        # block jackknife over the fold refits (the closed form of least squares has no penalised twin)
+        b = np.asarray(fold_intercepts)
+        jack[j] = np.sqrt((b.size - 1) / b.size * np.sum((b - b.mean()) ** 2))
+    def fit_on(m):
+        return np.array([fit_zero_variance(X[m], S[m], Y[m, j], order, pen, seed)[0] for j in range(k)])
+
+    # two halves, not six: each penalised refit cross-validates its penalty
+    shift = np.mean([fit_on(h) for h in split_parts(labels, 2)], axis=0) - est
+    return Candidate(name, est, resid, resid, None, {"order": order, "penalty": pen}, split_shift=shift, jackknife=jack,
+                     predictor=_polynomial_predictor(order, gamma) if keep_fit else None)
+
+
+def _polynomial_predictor(order, gamma):
+    """The zero-mean part of ZV-CVs with Stein-feature coefficients ``gamma`` (q, k)."""
+    return lambda X, S: stein_polynomial_features(X, S, order) @ gamma
+
+
+def _least_squares_intercepts(D, Y):
+    """Intercepts of the least-squares fit of ``Y`` on ``D``; ``ValueError`` when the draws
+    cannot identify the coefficients."""
+    if D.shape[0] <= D.shape[1] + 1:
+        raise ValueError("too few draws")
+    coef, _, rank, _ = linalg.lstsq(D, Y)
+    if rank < D.shape[1]:
+        raise ValueError("rank deficient")
+    return coef[0]

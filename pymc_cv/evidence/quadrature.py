@@ -53,13 +53,21 @@ def quadrature_weights(temperatures, rule="corrected"):
     return a, b
 
 
-def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected", source=None):
+def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected", source=None, mean_shift=None,
+              var_shift=None):
     """(log Z, se) from per-rung means and variances of log p(y|x) and their standard errors.
 
     Rungs are sampled independently, so their errors add in quadrature; the small covariance
     of a rung's mean and variance estimates (same draws) is ignored.  ``source`` (w,): rungs
     with the same label share draws (reweighted rungs, :mod:`.reweighting`); their errors
     add linearly, the bound for fully correlated errors.
+
+    ``mean_shift``, ``var_shift`` (w,): the signed half-split shifts of CV estimates
+    (``CVResult.split_shift``), whose absolute values are part of ``mean_se`` / ``var_se``.  A
+    bias of one sign adds up over rungs where noise does not, so they are taken out of the
+    per-rung se's and come back as the shift of the log evidence itself, |sum of weight x shift|
+    (the log evidence is linear in the rung estimates): on 21 rungs of 30 exact draws, per-rung
+    ZV-CVs under-estimated every rung variance and the se combined in quadrature covered 7 of 10.
 
     Examples
     --------
@@ -81,11 +89,15 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     if mean_se is None:
         return value, np.nan
     var_se = np.zeros_like(a) if var_se is None else np.asarray(var_se, dtype=float)
-    per_rung = np.hypot(a * np.asarray(mean_se, dtype=float), b * var_se)
+    ms = np.zeros_like(a) if mean_shift is None else np.asarray(mean_shift, dtype=float)
+    vs = np.zeros_like(a) if var_shift is None else np.asarray(var_shift, dtype=float)
+    noise_mean = np.maximum(np.asarray(mean_se, dtype=float) - np.abs(ms), 0.0)
+    noise_var = np.maximum(var_se - np.abs(vs), 0.0)
+    per_rung = np.hypot(a * noise_mean, b * noise_var)
     if source is not None:
         labels, inverse = np.unique(np.asarray(source), return_inverse=True)
         per_rung = np.bincount(inverse.ravel(), weights=per_rung, minlength=labels.size)
-    return value, float(np.sqrt(np.sum(per_rung**2)))
+    return value, float(np.sqrt(np.sum(per_rung**2)) + abs(a @ ms + b @ vs))
 
 
 def quadrature_error(temperatures, mean, var, rule="corrected"):

@@ -10,6 +10,7 @@ import numpy as np
 from ..cluster import check_client
 from ..core.finalize import Candidate, finalize
 from ..core.score_check import apply_stein_check
+from ..core.uncertainty import heavy_tail_note
 from ..core.validation import check_chain, check_task
 from .maml import build_functions
 from .network import init_params, n_params
@@ -345,12 +346,16 @@ class MetaCV:
             res.notes.append(f"{int(small.sum())} task(s) have fewer than 40 draws: their se comes from a few "
                              "held-out residuals and is itself rough.")
             res.se_reliable = res.se_reliable & ~small
+        for t, x in enumerate(samples):  # (only tasks with 25 draws or more can tell)
+            tail_note = heavy_tail_note(np.asarray(x, dtype=float).reshape(len(x), -1))
+            if tail_note and res.method.ravel()[t] != "mc":
+                res.mark_unreliable(f"task {t}: {tail_note}", t)
         for note in score_notes[::-1]:
             res.mark_unreliable(note, flagged)
         res.hyperparameters = [cand.info]
         if one:
             for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
-                        "khat"):
+                        "khat", "split_shift"):
                 setattr(res, key, getattr(res, key).reshape(()))
         return res
 
