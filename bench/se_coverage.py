@@ -50,23 +50,31 @@ def draws(n, d, sampler, rng):
     return x.reshape(2 * m, d), np.repeat([0, 1], m)
 
 
-def cell(d, n, sampler, reps, seed):
+def cell(d, n, sampler, reps, seed, funcs=None, truth=None, target=None):
+    """Per integrand: (2-se coverage among reliable results, share reliable, median |CV err| / |MC
+    err|, coverage of all results).  ``funcs(x)``/``truth``: the integrands (default the four above);
+    ``target(n, d, rng)`` -> (draws, scores, chain) replaces the Gaussian draws."""
+    funcs, truth = (integrands, TRUTH) if funcs is None else (funcs, truth)
     rng = np.random.default_rng(seed)
     z, ok, ratio = [], [], []
     for r in range(reps):
-        x, chain = draws(n, d, sampler, rng)
+        if target is None:
+            x, chain = draws(n, d, sampler, rng)
+            s = -x
+        else:
+            x, s, chain = target(n, d, rng)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = pymc_cv.cv_estimate(integrands(x), x, -x, chain=chain, random_seed=r)
-        z.append(np.abs(res.estimate - TRUTH) / res.se)
+            res = pymc_cv.cv_estimate(funcs(x), x, s, chain=chain, random_seed=r)
+        z.append(np.abs(res.estimate - truth) / res.se)
         ok.append(res.se_reliable)
-        ratio.append(np.abs(res.estimate - TRUTH) / np.maximum(np.abs(res.mc_estimate - TRUTH), 1e-300))
+        ratio.append(np.abs(res.estimate - truth) / np.maximum(np.abs(res.mc_estimate - truth), 1e-300))
     z, ok, ratio = map(np.array, (z, ok, ratio))
     out = []
-    for j in range(len(NAMES)):
+    for j in range(len(truth)):
         rel = ok[:, j]
         cov = float(np.mean(z[rel, j] <= 2)) if rel.any() else np.nan
-        out.append((cov, float(rel.mean()), float(np.median(ratio[:, j]))))
+        out.append((cov, float(rel.mean()), float(np.median(ratio[:, j])), float(np.mean(z[:, j] <= 2))))
     return out
 
 
@@ -82,7 +90,7 @@ def main(reps=40):
                 res = cell(d, n, sampler, reps, seed=1000 * d + n + (0 if sampler == "iid" else 1))
                 secs = time.perf_counter() - start
                 parts = []
-                for name, (cov, share, ratio) in zip(NAMES, res):
+                for name, (cov, share, ratio, _) in zip(NAMES, res):
                     bad = (np.isfinite(cov) and cov < 0.9) or (ratio < 0.5 and share < 0.5)
                     if bad:
                         misses.append(f"{sampler} d={d} n={n} {name}")

@@ -185,7 +185,7 @@ def test_coverage_of_the_reported_se_on_a_bounded_smooth_integrand(method):
 @pytest.mark.slow
 def test_heavy_tailed_residuals_are_covered_or_flagged():
     """exp(x/2) under N(0, 1): the kernel fit reverts to a constant in the tails, where the draws
-    are few; the se (with its half-split shift) must cover, or the result be flagged."""
+    are few; the se (with its jackknife bias) must cover, or the result be flagged."""
     ok = []
     for rep in range(30):
         x, s = gaussian_draws(100, 2, 2000 + rep)

@@ -341,16 +341,16 @@ def test_smc_stages_refined_by_reweighting_recover_a_closed_form_evidence():
 
 
 
-def test_integrate_adds_the_rungs_shifts_signed_and_their_noise_in_quadrature():
-    """A bias of one sign adds up over rungs: the per-rung se's hold |shift| linearly, integrate
-    takes it out of each and puts back |sum of weight x shift| once."""
+def test_integrate_adds_the_rungs_biases_signed_and_their_noise_in_quadrature():
+    """A bias of one sign adds up over rungs: the per-rung se's hold |bias| linearly, integrate
+    takes it out of each and puts back |sum of weight x bias| once."""
     from pymc_cv.evidence import quadrature_weights
 
     t = power_ladder(5)
     mean, var = -np.linspace(3, 1, 5), np.linspace(2, 0.5, 5)
     noise, shift = np.full(5, 0.1), np.array([0.05, 0.05, -0.02, 0.05, 0.05])
     a, b = quadrature_weights(t, "corrected")
-    _, se = integrate(t, mean, var, noise + np.abs(shift), np.zeros(5), mean_shift=shift, var_shift=np.zeros(5))
+    _, se = integrate(t, mean, var, noise + np.abs(shift), np.zeros(5), mean_bias=shift, var_bias=np.zeros(5))
     assert se == pytest.approx(np.sqrt(np.sum((a * noise) ** 2)) + abs(a @ shift))
     _, se_plain = integrate(t, mean, var, noise, np.zeros(5))
     assert se_plain == pytest.approx(np.sqrt(np.sum((a * noise) ** 2)))

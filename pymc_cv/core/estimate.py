@@ -145,7 +145,7 @@ def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, w
         name = ("secf" if fit.poly_order else "cf") + suffix
         out.append(Candidate(name, fit.beta[0], fit.resid, fit.z, fit.beta_se[0],
                              {**info, "poly_order": fit.poly_order}, columns=cols, influence=fit.influence,
-                             labels=labels, split_shift=fit.split_shift[0], predictor=fit.predictor))
+                             labels=labels, jackknife_bias=fit.jackknife_bias[0], predictor=fit.predictor))
     return out
 
 
@@ -157,8 +157,8 @@ def _rescale(cand, loc, scale):
     cand.resid = cand.resid * sc
     if cand.se_model is not None:
         cand.se_model = cand.se_model * sc
-    if cand.split_shift is not None:
-        cand.split_shift = cand.split_shift * sc
+    if cand.jackknife_bias is not None:
+        cand.jackknife_bias = cand.jackknife_bias * sc
     if cand.jackknife is not None:
         cand.jackknife = cand.jackknife * sc
     if cand.predictor is not None:
@@ -368,7 +368,7 @@ def cv_estimate(
         res.mark_unreliable(score_note)
     if one_d:
         for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
-                    "khat", "split_shift"):
+                    "khat", "jackknife_bias"):
             setattr(res, key, getattr(res, key)[0])
         if res.fits is not None:
             res.fits = res.fits[0]

@@ -139,9 +139,8 @@ class ExactHeldout:
     resid: np.ndarray  # (N, k)
     z: np.ndarray  # (N, k)
     influence: np.ndarray  # (N,): beta_0 without block B is beta_0 - sum_B influence * resid
-    # (T, k): mean of the intercepts fitted on halves of the draws minus the intercepts
-    # (``heldout.half_split_shift``); NaN where a half cannot be fitted
-    split_shift: np.ndarray | None = None
+    # (T, k): delete-a-group jackknife estimate of the intercepts' bias (``heldout.jackknife_bias``)
+    jackknife_bias: np.ndarray | None = None
     predictor: object | None = None  # (X, S) -> (n, k): the zero-mean part (single task), on request
 
 
@@ -155,15 +154,15 @@ def _design_columns(d, T, order, q_all):
 def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_fit=False):
     """Exact kernel CVs of the columns of ``Y`` (N, k) for each polynomial order in ``orders``,
     all from one Cholesky factor of A = G + nugget I, with their held-out residuals in closed
-    form (``heldout.deletion_residuals``) and the fits on halves of the draws (their blocks of A,
-    same hyperparameters, ``heldout.half_split_shift``); nothing N x N is kept.
+    form (``heldout.deletion_residuals``), also without each quarter of the draws for the jackknife
+    estimate of the bias (``heldout.jackknife_bias``); nothing N x N is kept.
 
     Returns a list of :class:`ExactHeldout`, one per order; with ``keep_fit`` (T = 1) each carries
     a predictor of its zero-mean part at new draws.
     """
     from scipy.linalg import lapack
 
-    from .heldout import deletion_residuals, half_split_shift
+    from .heldout import deletion_residuals, jackknife_bias
     from .linalg import cholesky_jitter, gls_from_solves
 
     N, k = Y.shape
@@ -171,26 +170,15 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_f
     k0_scale = float(np.mean(np.diag(A) / np.diag(B)[tau]))
     A[np.diag_indices_from(A)] += nugget * k0_scale
     L, _ = cholesky_jitter(A)
+    del A
     P_all = design_matrix(X, S, tau, T, max(orders))
     q_all = P_all.shape[1] // T - 1
     designs = [_design_columns(X.shape[1], T, order, q_all) for order in orders]
     for cols in designs:
         if N - len(cols) < 2:
             raise ValueError(f"{N} draws cannot fit {len(cols)} intercept/polynomial coefficients; lower poly_order.")
-
-    def intercepts(P, CiP, Ym, CiYm):  # (orders, T, k)
-        return np.stack([gls_from_solves(P[:, c], CiP[:, c], Ym, CiYm)[0][:T] for c in designs])
-
-    def fit_on(mask):  # the same fit on the draws in mask: their block of A
-        Lm = cholesky_jitter(A[np.ix_(mask, mask)])[0]
-        P, Ym = P_all[mask], Y[mask]
-        CiP, CiYm = (linalg.cho_solve((Lm, True), a, check_finite=False) for a in (P, Ym))
-        return intercepts(P, CiP, Ym, CiYm)
-
     CiP_all = linalg.cho_solve((L, True), P_all, check_finite=False)
     CiY = linalg.cho_solve((L, True), Y, check_finite=False)
-    shifts = half_split_shift(fit_on, labels, intercepts(P_all, CiP_all, Y, CiY))
-    A = None  # N x N: free it before C^-1 is formed
     Ci, info = lapack.dpotri(L, lower=1, overwrite_c=1)  # C^-1 in the lower triangle, in place
     del L
     if info != 0:
@@ -202,17 +190,26 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_f
         return np.tril(blk) + np.tril(blk, -1).T
 
     out = []
-    for o, (order, cols) in enumerate(zip(orders, designs)):
+    for order, cols in zip(orders, designs):
         P, CiP = P_all[:, cols], CiP_all[:, cols]
         beta, Qy, Minv, s2 = gls_from_solves(P, CiP, Y, CiY)
         beta_se = np.sqrt(np.maximum(np.diag(Minv), 0.0))[:, None] * np.sqrt(s2)[None, :]
         W = CiP @ Minv
-        resid, z = deletion_residuals(
-            Qy, lambda: ci_diag - np.einsum("np,np->n", W, CiP),
-            lambda idx: ci_block(idx) - W[idx] @ CiP[idx].T, labels)
-        # deleting block B is adding a dummy per draw of B (coefficients r_B), which moves beta by
-        # -(P'C^-1 P)^-1 (C^-1 P)_B' r_B
-        out.append(ExactHeldout(order, beta, beta_se, resid, z, W[:, 0].copy(), shifts[o],
+
+        def q_block(idx, W=W, CiP=CiP):
+            return ci_block(idx) - W[idx] @ CiP[idx].T
+
+        def intercepts_without(mask, beta=beta, W=W, Qy=Qy, q_block=q_block):
+            # deleting block B is adding a dummy per draw of B (coefficients r_B), which moves beta
+            # by -(P'C^-1 P)^-1 (C^-1 P)_B' r_B
+            idx = np.flatnonzero(mask)
+            r = linalg.cho_solve(linalg.cho_factor(q_block(idx), lower=True, check_finite=False), Qy[idx],
+                                 check_finite=False)
+            return beta[:T] - W[idx, :T].T @ r
+
+        resid, z = deletion_residuals(Qy, lambda: ci_diag - np.einsum("np,np->n", W, CiP), q_block, labels)
+        bias = jackknife_bias(intercepts_without, labels, beta[:T])
+        out.append(ExactHeldout(order, beta, beta_se, resid, z, W[:, 0].copy(), bias,
                                 kernel_predictor(kernel, B, X, S, tau, T, order, Qy, beta) if keep_fit else None))
     return out
 

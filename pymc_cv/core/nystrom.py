@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .heldout import deletion_residuals, half_split_shift, split_parts
+from .heldout import deletion_residuals, jackknife_bias, split_parts
 from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter
 
@@ -77,8 +77,8 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tau[inducing]]))
     N, k = Y.shape
     quarters = split_parts(labels, 4)
-    # F'F and F'Y as sums over quarters of the draws: the fits on halves of them (same
-    # hyperparameters, ``heldout.half_split_shift``) then cost no extra pass over K_NM
+    # F'F and F'Y as sums over quarters of the draws: the fits without one of them (same
+    # hyperparameters, ``heldout.jackknife_bias``) then cost no extra pass over K_NM
     KtK = [Knm[q].T @ Knm[q] for q in quarters]  # shared by every design
     KtY = [Knm[q].T @ Y[q] for q in quarters]
     out = []
@@ -100,7 +100,8 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
         rhs = sum(b for _, b in parts)
         theta = linalg.cho_solve((L, True), rhs, check_finite=False)
         beta, c = theta[:p], theta[p:]
-        shifts = half_split_shift(normal_fit_on(quarters, parts, penalty, T), labels, theta[:T])
+        fit_on = normal_fit_on(quarters, parts, penalty, T)
+        bias = jackknife_bias(lambda m: fit_on(~m), labels, theta[:T])
         e = Y - P @ beta - Knm @ c
         beta_se = coefficient_se(L, p, e, c, Kmm, nug)
 
@@ -122,13 +123,13 @@ def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, indu
         influence = P @ a0[:p] + Knm @ a0[p:]
         resid, z = deletion_residuals(e, q_diag, q_block, labels)
         del G
-        out.append(ExactHeldout(order, beta, beta_se, resid, z, influence, shifts, kernel_predictor(
+        out.append(ExactHeldout(order, beta, beta_se, resid, z, influence, bias, kernel_predictor(
             kernel, B, X[inducing], S[inducing], tau[inducing], T, order, c, beta) if keep_fit else None))
     return out
 
 
 def normal_fit_on(quarters, parts, penalty, T):
-    """``fit_on(mask)`` for ``heldout.half_split_shift`` from per-quarter normal matrices and
+    """``fit_on(mask)`` for ``heldout.jackknife_bias`` from per-quarter normal matrices and
     right-hand sides ``parts``: a mask made of whole quarters is fitted from their sums."""
     def fit_on(mask):
         inside = [i for i, q in enumerate(quarters) if mask[q].all()]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from .heldout import _blocks, deletion_residuals, half_split_shift, split_parts
+from .heldout import _blocks, deletion_residuals, jackknife_bias, split_parts
 from .kernel_cv import ExactHeldout, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter
 from .nystrom import coefficient_se, design_for, normal_fit_on
@@ -105,15 +105,16 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
         F = da.map_blocks(_features, dX, dS, dtau, chunked(P), kernel=kernel, B=B, Z=Z, SZ=SZ, tz=tz,
                           dtype=float, chunks=(sizes, p + M))
         F = client.persist(F)  # the features stay on the workers for both passes
-        # F'F and F'Y per quarter of the draws (their sums are the full ones), for the fits on
-        # halves of them (``heldout.half_split_shift``)
+        # F'F and F'Y per quarter of the draws (their sums are the full ones), for the fits without
+        # one of them (``heldout.jackknife_bias``)
         sums = client.compute([x for dq in dquarters for x in ((F * dq).T @ F, (F * dq).T @ dY)], sync=True)
         parts = list(zip(sums[::2], sums[1::2]))
         penalty = np.zeros((p + M, p + M))
         penalty[p:, p:] = nug * Kmm
         L, _ = cholesky_jitter(sum(a for a, _ in parts) + penalty)
         theta = linalg.cho_solve((L, True), sum(b for _, b in parts), check_finite=False)
-        shifts = half_split_shift(normal_fit_on(quarters, parts, penalty, T), labels, theta[:T])
+        fit_on = normal_fit_on(quarters, parts, penalty, T)
+        bias = jackknife_bias(lambda m: fit_on(~m), labels, theta[:T])
         a0 = linalg.cho_solve((L, True), np.eye(p + M)[:, 0], check_finite=False)
         packed = da.map_blocks(_chunk_heldout, F, dY, dlab, L=L, theta=theta, a0=a0, dtype=float,
                                chunks=(sizes, 3 * k + 1))
@@ -122,6 +123,6 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
         resid, z, influence, e = packed[:, :k], packed[:, k:2 * k], packed[:, 2 * k], packed[:, 2 * k + 1:]
         beta = theta[:p]
         out.append(ExactHeldout(order, beta, coefficient_se(L, p, e, theta[p:], Kmm, nug), resid, z, influence,
-                                shifts, kernel_predictor(kernel, B, Z, SZ, tz, T, order, theta[p:], beta)
+                                bias, kernel_predictor(kernel, B, Z, SZ, tz, T, order, theta[p:], beta)
                                 if keep_fit else None))
     return out

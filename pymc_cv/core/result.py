@@ -24,10 +24,11 @@ class CVResult:
     variance_reduction : (mc_se / se)^2, from held-out residuals; > 1 means the CV helped.
     se_reliable : False where a check of the inputs says the se may be too small: draws with heavy
         tails, scores that fail the Stein check, divergent transitions, too few draws per task.
-    split_shift : mean of the estimates of fits on halves of the draws minus the estimate (signed; 0
-        where the MC mean is reported): how far the fit moves with half of the draws, a bound on
-        its bias, and |split_shift| is part of ``se``.  Estimates combined linearly (thermodynamic
-        integration) combine these signed, since a bias of one sign adds up.
+    jackknife_bias : delete-a-group jackknife estimate of the bias of the estimate (signed; 0 where
+        the MC mean is reported): (g - 1) x (mean of the fits without each of g groups of held-out
+        blocks - the fit), g = 4 (2 for fits that must be refitted).  |jackknife_bias| is part of
+        ``se``; estimates combined linearly (thermodynamic integration) combine it signed, since a
+        bias of one sign adds up.
     khat : Pareto k-hat of the squared standardised held-out residuals (nan when it could not be
         computed): a diagnostic; above 0.7 the fit extrapolates from few draws, which fits that
         nearly interpolate the draws always do (their se accounts for it).
@@ -60,7 +61,7 @@ class CVResult:
     variance_reduction: np.ndarray
     se_reliable: np.ndarray
     khat: np.ndarray
-    split_shift: np.ndarray | None = None
+    jackknife_bias: np.ndarray | None = None
     B: np.ndarray | None = None
     hyperparameters: list = field(default_factory=list)
     notes: list = field(default_factory=list)

@@ -9,12 +9,12 @@ are autocorrelated, the larger of it and the held-out se (with ArviZ's ESS of th
 
 The model se fails when the integrand grows faster than the kernel can follow (exp(x/2) under a
 Gaussian: 26% coverage): the fit is biased by the tails its draws do not reach.  ``finalize``
-adds how far fits on half of the draws move the estimate (``heldout.half_split_shift``), which
-sees that bias: 67% -> 97% on exp(x0 / 2) (d = 2, n = 200).
+adds the jackknife estimate of that bias, from fits without a quarter of the draws
+(``heldout.jackknife_bias``): 67% -> 97% on exp(x0 / 2) (d = 2, n = 200).
 
 Heavy-tailed held-out residuals (Pareto k-hat of their squares > 0.7) used to flag a result.
-They are the rule for fits that nearly interpolate the draws, whose se (with the half-split
-shift) covers: the flag marked most such fits unreliable in 51 of 144 cells of
+They are the rule for fits that nearly interpolate the draws, whose se (with the jackknife
+bias) covers: the flag marked most such fits unreliable in 51 of 144 cells of
 ``bench/se_coverage.py`` that covered 90-100%.  k-hat is still reported (``CVResult.khat``).
 What does defeat the se is a target with heavy tails: kernel and polynomial CVs extrapolate into
 tails the draws rarely reach and the bias decays slowly (Student-t with 3 degrees of freedom: x^2

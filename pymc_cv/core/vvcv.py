@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .finalize import Candidate, finalize
-from .heldout import fold_labels, half_split_shift
+from .heldout import fold_labels, jackknife_bias
 from .kernel_cv import fit_exact_heldout
 from .kernels import make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
@@ -210,7 +210,7 @@ def vvcv_estimate(
 
     use_shared = shared and solver in ("auto", "shared") and T > 1
     if use_shared:
-        est_std, se_model, resid, zs, Bused, hyper, shift = _run_shared(
+        est_std, se_model, resid, zs, Bused, hyper, bias = _run_shared(
             Zs[0], SZs[0], np.column_stack(yst), kern0, B0, learn, nugget, tune, order,
             max_tune_points, folds, chains[0], rng,
         )
@@ -223,7 +223,7 @@ def vvcv_estimate(
         y = np.concatenate(yst)
         tau = np.repeat(np.arange(T), m)
         solver_used = solver if solver != "auto" else ("exact" if N <= exact_max_n else "inducing")
-        est_std, se_model, resid, zs, Bused, hyper, shift = _run_general(
+        est_std, se_model, resid, zs, Bused, hyper, bias = _run_general(
             X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
             chains, solver_used, n_inducing, rng, client,
         )
@@ -231,7 +231,7 @@ def vvcv_estimate(
     info = {**hyper, "B": Bused, "solver": solver_used}
     cand = Candidate(f"vvcv-{solver_used}", locs + scales * est_std,
                      [r * sc for r, sc in zip(resid, scales)], list(zs),
-                     None if se_model is None else se_model * scales, info, split_shift=shift * scales)
+                     None if se_model is None else se_model * scales, info, jackknife_bias=bias * scales)
     res = finalize(ys, chains, [cand], choose="first", fallback=fallback, kind="task")
     for t in range(1 if shared else T):  # draws with heavy tails: the CVs' se can be far too small
         tail_note = heavy_tail_note(Xs[t])
@@ -277,10 +277,11 @@ def _run_shared(X, S, Y, kern0, B0, learn, nugget, tune, order, max_tune_points,
         resid[te] = Y[te] - sub.zero_mean_part(X[te], S[te])
         z[te] = resid[te] / sub.predictive_sd(X[te], S[te])
     resid -= resid.mean(axis=0)
-    shift = half_split_shift(
-        lambda m: fit_shared_draws(X[m], S[m], Y[m], kern, B, nug_b, order).intercepts, labels, fit.intercepts)
+    # two groups: each costs an eigendecomposition of the draws without it
+    bias = jackknife_bias(lambda m: fit_shared_draws(X[~m], S[~m], Y[~m], kern, B, nug_b, order).intercepts, labels,
+                          fit.intercepts, groups=2)
     hyper = {"kernel": kern, "nugget": nug_b, "poly_order": order}
-    return fit.intercepts, fit.intercept_se, resid, z, B, hyper, shift
+    return fit.intercepts, fit.intercept_se, resid, z, B, hyper, bias
 
 
 def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
@@ -310,4 +311,4 @@ def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tun
     resid = [r[tau == t] for t in range(T)]
     zs = [z[tau == t] for t in range(T)]
     hyper = {"kernel": kern, "nugget": nug, "poly_order": order}
-    return fit.beta[:T, 0], fit.beta_se[:T, 0], resid, zs, B, hyper, fit.split_shift[:, 0]
+    return fit.beta[:T, 0], fit.beta_se[:T, 0], resid, zs, B, hyper, fit.jackknife_bias[:, 0]

@@ -14,7 +14,7 @@ import numpy as np
 from scipy import linalg
 
 from .finalize import Candidate
-from .heldout import deletion_residuals, fold_labels, half_split_shift, refit_residuals, split_parts
+from .heldout import deletion_residuals, fold_labels, jackknife_bias, refit_residuals
 from .polynomial import n_polynomial_features, stein_polynomial_features
 
 __all__ = ["fit_zero_variance", "choose_penalty", "zero_variance_candidate"]
@@ -77,10 +77,10 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
             e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
             lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
         influence = Qm @ linalg.solve_triangular(R, np.eye(R.shape[0])[:, 0], trans="T", check_finite=False)
-        shift = half_split_shift(lambda m: _least_squares_intercepts(D[m], Y[m]), labels, coef[0])
+        bias = jackknife_bias(lambda m: _least_squares_intercepts(D[~m], Y[~m]), labels, coef[0])
         gamma = coef[1:]
         return Candidate(name, coef[0], resid, z, None, {"order": order, "penalty": None},
-                         influence=influence, labels=labels, split_shift=shift,
+                         influence=influence, labels=labels, jackknife_bias=bias,
                          predictor=_polynomial_predictor(order, gamma) if keep_fit else None)
     est = np.empty(k)
     jack = np.empty(k)
@@ -102,12 +102,13 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
         # block jackknife over the fold refits (the closed form of least squares has no penalised twin)
         b = np.asarray(fold_intercepts)
         jack[j] = np.sqrt((b.size - 1) / b.size * np.sum((b - b.mean()) ** 2))
-    def fit_on(m):
-        return np.array([fit_zero_variance(X[m], S[m], Y[m, j], order, pen, seed)[0] for j in range(k)])
+    def fit_without(m):
+        return np.array([fit_zero_variance(X[~m], S[~m], Y[~m, j], order, pen, seed)[0] for j in range(k)])
 
-    # two halves, not six: each penalised refit cross-validates its penalty
-    shift = np.mean([fit_on(h) for h in split_parts(labels, 2)], axis=0) - est
-    return Candidate(name, est, resid, resid, None, {"order": order, "penalty": pen}, split_shift=shift, jackknife=jack,
+    # two groups: each penalised refit cross-validates its penalty
+    bias = jackknife_bias(fit_without, labels, est, groups=2)
+    return Candidate(name, est, resid, resid, None, {"order": order, "penalty": pen}, jackknife_bias=bias,
+                     jackknife=jack,
                      predictor=_polynomial_predictor(order, gamma) if keep_fit else None)
 
 

@@ -53,8 +53,8 @@ def quadrature_weights(temperatures, rule="corrected"):
     return a, b
 
 
-def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected", source=None, mean_shift=None,
-              var_shift=None):
+def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected", source=None, mean_bias=None,
+              var_bias=None):
     """(log Z, se) from per-rung means and variances of log p(y|x) and their standard errors.
 
     Rungs are sampled independently, so their errors add in quadrature; the small covariance
@@ -62,12 +62,11 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     with the same label share draws (reweighted rungs, :mod:`.reweighting`); their errors
     add linearly, the bound for fully correlated errors.
 
-    ``mean_shift``, ``var_shift`` (w,): the signed half-split shifts of CV estimates
-    (``CVResult.split_shift``), whose absolute values are part of ``mean_se`` / ``var_se``.  A
+    ``mean_bias``, ``var_bias`` (w,): the signed jackknife bias estimates of CV estimates
+    (``CVResult.jackknife_bias``), whose absolute values are part of ``mean_se`` / ``var_se``.  A
     bias of one sign adds up over rungs where noise does not, so they are taken out of the
-    per-rung se's and come back as the shift of the log evidence itself, |sum of weight x shift|
-    (the log evidence is linear in the rung estimates): on 21 rungs of 30 exact draws, per-rung
-    ZV-CVs under-estimated every rung variance and the se combined in quadrature covered 7 of 10.
+    per-rung se's and come back as the bias of the log evidence itself, |sum of weight x bias|
+    (the log evidence is linear in the rung estimates).
 
     Examples
     --------
@@ -89,8 +88,8 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     if mean_se is None:
         return value, np.nan
     var_se = np.zeros_like(a) if var_se is None else np.asarray(var_se, dtype=float)
-    ms = np.zeros_like(a) if mean_shift is None else np.asarray(mean_shift, dtype=float)
-    vs = np.zeros_like(a) if var_shift is None else np.asarray(var_shift, dtype=float)
+    ms = np.zeros_like(a) if mean_bias is None else np.asarray(mean_bias, dtype=float)
+    vs = np.zeros_like(a) if var_bias is None else np.asarray(var_bias, dtype=float)
     noise_mean = np.maximum(np.asarray(mean_se, dtype=float) - np.abs(ms), 0.0)
     noise_var = np.maximum(var_se - np.abs(vs), 0.0)
     per_rung = np.hypot(a * noise_mean, b * noise_var)

@@ -49,10 +49,10 @@ class RungMoments:
     method: np.ndarray
     reliable: np.ndarray | None = None  # per rung: False where a se may be too small
     notes: list = field(default_factory=list)
-    # signed half-split shifts of the CV estimates (``CVResult.split_shift``; 0 for MC and weighted
-    # rungs), part of mean_se / var_se, combined signed by ``quadrature.integrate``
-    mean_shift: np.ndarray | None = None
-    var_shift: np.ndarray | None = None
+    # signed jackknife bias estimates of the CV estimates (``CVResult.jackknife_bias``; 0 for MC and
+    # weighted rungs), part of mean_se / var_se, combined signed by ``quadrature.integrate``
+    mean_bias: np.ndarray | None = None
+    var_bias: np.ndarray | None = None
 
 
 def _or_zeros(a, n):
@@ -137,7 +137,7 @@ class _RungProblem:
             for j, i in enumerate(idx):
                 table["est"][k][i] = float(np.ravel(r.estimate)[j])
                 table["se"][k][i] = float(np.ravel(r.se)[j])
-                table["shift"][k][i] = float(np.ravel(r.split_shift)[j])
+                table["bias"][k][i] = float(np.ravel(r.jackknife_bias)[j])
                 table["reliable"][i] &= bool(np.ravel(r.se_reliable)[j])
                 if k == 0:
                     table["used"][i] = str(np.ravel(r.method)[j])
@@ -152,7 +152,7 @@ class _RungProblem:
         r = cv_estimate(np.column_stack([f1, f2]), self.rungs[i][1], self.score(i), method=method,
                         chain=self.rungs[i][4], random_seed=self.seed, same_method=True, **self.options)
         for k in range(2):
-            table["est"][k][i], table["se"][k][i], table["shift"][k][i] = r.estimate[k], r.se[k], r.split_shift[k]
+            table["est"][k][i], table["se"][k][i], table["bias"][k][i] = r.estimate[k], r.se[k], r.jackknife_bias[k]
         table["used"][i] = str(r.method[0])
         table["reliable"][i] &= bool(np.all(r.se_reliable))
         table["notes"] += [f"rung {i + self.first}: {n}" for n in r.notes]
@@ -253,7 +253,7 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     mc = np.array([_mc(ll, c) for ll, _, _, _, c in rungs])
     # per rung: E[l], E[(l - center)^2], their se, the method, reliable
     table = {"est": (mc[:, 0].copy(), mc[:, 1].copy()), "se": (mc[:, 2].copy(), mc[:, 3].copy()),
-             "shift": (np.zeros(w), np.zeros(w)),
+             "bias": (np.zeros(w), np.zeros(w)),
              "used": np.array(["mc"] * w, dtype=object), "reliable": reliable, "notes": notes}
     progress = progress or (lambda k: None)
     _weighted_rungs(t, rungs, weights, method, table, mc, progress)
@@ -273,10 +273,10 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
             progress(1)
     (mean, second), (mean_se, var_se), used = table["est"], table["se"], table["used"]
     var = second - (mean - centers) ** 2
-    mean_shift, second_shift = table["shift"]
+    mean_bias, second_bias = table["bias"]
     return RungMoments(
         mean=mean, var=var, mean_se=mean_se, var_se=var_se, mc_mean=mc[:, 0], mc_var=mc[:, 1],
         mc_mean_se=mc[:, 2], mc_var_se=mc[:, 3], method=used, reliable=reliable, notes=notes,
         # var = second - (mean - center)^2 to first order
-        mean_shift=mean_shift, var_shift=second_shift - 2.0 * (mean - centers) * mean_shift,
+        mean_bias=mean_bias, var_bias=second_bias - 2.0 * (mean - centers) * mean_bias,
     )

@@ -45,7 +45,7 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
         t, mom, source = _refined(t, mom, (loglik, samples, grad_loglik, grad_logprior, chain), method,
                                   target_cess, random_seed)
     value, sampling_se = integrate(t, mom.mean, mom.var, mom.mean_se, mom.var_se, rule=rule, source=source,
-                                   mean_shift=mom.mean_shift, var_shift=mom.var_shift)
+                                   mean_bias=mom.mean_bias, var_bias=mom.var_bias)
     qerr = quadrature_error(t, mom.mean, mom.var, rule=rule)
     mc_value, mc_sampling = integrate(t, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule,
                                       source=source)

@@ -355,7 +355,7 @@ class MetaCV:
         res.hyperparameters = [cand.info]
         if one:
             for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
-                        "khat", "split_shift"):
+                        "khat", "jackknife_bias"):
                 setattr(res, key, getattr(res, key).reshape(()))
         return res
 
