@@ -19,9 +19,9 @@ bias) covers: the flag marked most such fits unreliable in 51 of 144 cells of
 What does defeat the se is a target with heavy tails: kernel and polynomial CVs extrapolate into
 tails the draws rarely reach and the bias decays slowly (Student-t with 3 degrees of freedom: x^2
 covered 3-10%, atan(x)^2 33-60%).  :func:`heavy_tail_note` looks at the draws themselves and
-flags every CV estimate when their tails are heavy.  Measured (100 runs each): Gaussian draws
-are flagged in 24-26% of runs at n <= 100 with d = 1 (16% / 10% at d = 5 / 20), 10% at n = 200
-and 0-3% from n = 400; t3 draws in 67-96% with d = 1 to 5 (22-76% at d = 20), t5 in 23-61%.
+flags every CV estimate when their tails are heavy.  Measured (``bench/se_tails.py``, 100 runs
+each): Gaussian draws are flagged in 26% / 16% / 10% of runs at n = 50 (d = 1 / 5 / 20), 0-5% from
+n = 200; t3 draws in 70-92% with d = 1 (37-85% at d = 5, 18-79% at d = 20), t5 in 49-62% with d = 1.
 """
 
 from __future__ import annotations
