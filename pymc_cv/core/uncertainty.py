@@ -18,7 +18,7 @@ bias) covers: the flag marked most such fits unreliable in 51 of 144 cells of
 ``bench/se_coverage.py`` that covered 90-100%.  k-hat is still reported (``CVResult.khat``).
 What does defeat the se is a target with heavy tails: kernel and polynomial CVs extrapolate into
 tails the draws rarely reach and the bias decays slowly (Student-t with 3 degrees of freedom: x^2
-covered 3-10%, atan(x)^2 33-60%).  :func:`heavy_tail_note` looks at the draws themselves and
+covered 7-10%, atan(x)^2 50-70%).  :func:`heavy_tail_note` looks at the draws themselves and
 flags every CV estimate when their tails are heavy.  Measured (``bench/se_tails.py``, 100 runs
 each): Gaussian draws are flagged in 26% / 16% / 10% of runs at n = 50 (d = 1 / 5 / 20), 0-5% from
 n = 200; t3 draws in 70-92% with d = 1 (37-85% at d = 5, 18-79% at d = 20), t5 in 49-62% with d = 1.
@@ -75,4 +75,4 @@ def heavy_tail_note(samples):
         return None
     return (f"the draws have heavy tails (Pareto k-hat {khat:.2f} > {TAIL_THRESHOLD} for their squared distance "
             "from the mean): control variates extrapolate into tails the draws rarely reach, and their se can be "
-            "far too small there (Student-t3 draws: x^2 covered 3-10%); every CV estimate is marked unreliable.")
+            "far too small there (Student-t3 draws: x^2 covered 7-10%); every CV estimate is marked unreliable.")
