@@ -232,6 +232,7 @@ def cv_estimate(
     kernel_max_dim=50,
     random_seed=0,
     check_scores=True,
+    check_tails=True,
     client=None,
     return_fit=False,
     same_method=False,
@@ -288,6 +289,11 @@ def cv_estimate(
         Check the scores against the draws first (the Stein identities E[s] = 0 and
         E[(x - Ex) s_i] = -1, within their MCSE): an error when they fail by far (wrong sign,
         other data), a note and ``se_reliable=False`` when mildly.
+    check_tails : bool
+        Mark every CV estimate unreliable, with a note, when the draws look heavy-tailed (see
+        :func:`pymc_cv.core.uncertainty.heavy_tail_note`): control variates extrapolate into tails
+        the draws rarely reach.  Callers that check many related sets of draws once for all
+        (thermodynamic integration checks its end rungs) turn it off.
     client : dask.distributed.Client, optional
         Above ``exact_max_n`` draws, keep the inducing-point features (N x M) as a dask array on
         the cluster's workers, in chunks of whole held-out blocks, instead of in this process's
@@ -361,7 +367,7 @@ def cv_estimate(
     candidates = [_rescale(c, loc, scale) for c in candidates]
     res = finalize(Y, chain, candidates, choose="first" if strict else ("as_first" if same_method else "best"),
                    fallback=not strict, notes=notes, standardizer=std if return_fit else None)
-    tail_note = heavy_tail_note(X)
+    tail_note = heavy_tail_note(X) if check_tails else None
     if tail_note:
         res.mark_unreliable(tail_note, res.method != "mc")
     if score_note:

@@ -67,7 +67,7 @@ class ScoreCheck:
                        "not converged fail it too.")
 
 
-def stein_check(samples, scores, chain=None, repeats="find"):
+def stein_check(samples, scores, chain=None, repeats="find", family=1):
     """Compare the Stein identities E[s] = 0 and E[(x - Ex) s_i] = -1 with their MCSEs.
 
     Parameters
@@ -78,6 +78,8 @@ def stein_check(samples, scores, chain=None, repeats="find"):
     repeats : "find", None or tuple
         For independent draws, ``heldout.repeated_draws(samples)`` if the caller has it (None:
         no repeats); "find" computes it.
+    family : int
+        How many such checks the caller makes (rungs of a ladder): the level is shared among them.
 
     Returns
     -------
@@ -99,7 +101,7 @@ def stein_check(samples, scores, chain=None, repeats="find"):
         z = np.where(mean == target, 0.0, (mean - target) / mcse)
     z = z.reshape(2, d)
     effect = np.abs(mean - target).reshape(2, d)
-    threshold = float(stats.norm.isf(_FAMILY_LEVEL / (4 * d)))
+    threshold = float(stats.norm.isf(_FAMILY_LEVEL / (4 * d * family)))
     if n >= _MIN_DRAWS_GROSS and np.any((np.abs(z) > max(_GROSS_Z, threshold)) & (effect > _GROSS_EFFECT)):
         level = "gross"
     elif n >= _MIN_DRAWS_MILD and np.any(np.abs(z) > threshold):
@@ -109,10 +111,10 @@ def stein_check(samples, scores, chain=None, repeats="find"):
     return ScoreCheck(mean[:d], mean[d:], z, threshold, level)
 
 
-def apply_stein_check(samples, scores, chain=None, *, names=None, where="", repeats="find"):
+def apply_stein_check(samples, scores, chain=None, *, names=None, where="", repeats="find", family=1):
     """Run :func:`stein_check`; raise :class:`ScoreMismatchError` when gross, return the note for a
     mild failure (the caller marks its se unreliable), else None."""
-    chk = stein_check(samples, scores, chain, repeats)
+    chk = stein_check(samples, scores, chain, repeats, family)
     if chk.level == "gross":
         msg = chk.message(names, where)
         raise ScoreMismatchError(msg[0].upper() + msg[1:] + " Pass check_scores=False to skip this check.")
