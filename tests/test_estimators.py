@@ -227,13 +227,3 @@ def test_heavy_tailed_draws_mark_every_cv_estimate_unreliable():
         z, s = gaussian_draws(1000, 2, 100 + rep)
         flagged_gauss.append(not np.all(pymc_cv.cv_estimate(np.sin(z[:, 0]), z, s).se_reliable))
     assert np.mean(flagged_t) >= 0.8 and np.mean(flagged_gauss) <= 0.1
-
-
-def test_same_method_makes_every_integrand_follow_the_first():
-    x, s = gaussian_draws(300, 2, 5)
-    Y = np.column_stack([x[:, 0] ** 2, np.sin(x[:, 0]) + x[:, 1] ** 4])
-    own = pymc_cv.cv_estimate(Y, x, s)
-    assert own.method[0] == "zv2" and own.method[1] != "zv2"  # each chose its own
-    shared = pymc_cv.cv_estimate(Y, x, s, same_method=True)
-    assert list(shared.method) == ["zv2", "zv2"]
-    assert shared.estimate[0] == own.estimate[0]

@@ -35,7 +35,7 @@ from .zero_variance import zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
 
-METHODS = ("mc", "zv1", "zv2", "zv", "cf", "secf", "auto")
+METHODS = ("mc", "zv1", "zv2", "zv3", "zv", "cf", "secf", "auto")
 _MAX_TUNE_COLUMNS = 20
 # held-out residual variance below this share of var(f): the integrand is already exact
 _EXACT = 1e-20
@@ -235,7 +235,6 @@ def cv_estimate(
     check_tails=True,
     client=None,
     return_fit=False,
-    same_method=False,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
 
@@ -247,8 +246,8 @@ def cv_estimate(
         The draws, on the unconstrained space where the scores are taken.
     scores : array (n, d)
         grad_x log pi(x_i) at each draw (log density up to a constant, Jacobian included).
-    method : {"auto", "mc", "zv1", "zv2", "zv", "cf", "secf"}
-        ``"zv1"``/``"zv2"``: zero-variance polynomial CVs; ``"zv"``: the ZV-CV whose order
+    method : {"auto", "mc", "zv1", "zv2", "zv3", "zv", "cf", "secf"}
+        ``"zv1"``/``"zv2"``/``"zv3"``: zero-variance polynomial CVs; ``"zv"``: the ZV-CV whose order
         (1, 2 or 3, as many as the draws identify) has the smallest held-out se, MC included
         (ZVCV's choice of the order by cross-validation); ``"cf"``: control functional
         (kernel CV); ``"secf"``: semi-exact control functional (polynomial + kernel);
@@ -299,11 +298,6 @@ def cv_estimate(
         the cluster's workers, in chunks of whole held-out blocks, instead of in this process's
         memory (the draws themselves stay here).  The estimates agree with the local fit up to
         the order of the sums.
-    same_method : bool
-        With ``method="auto"`` or ``"zv"``: every integrand uses the method chosen for the first
-        one (by default each integrand gets the one with the smallest se).  For integrands
-        estimated together, such as a second moment and its mean: for a skewed integrand, low
-        estimates come with low se's, and choosing by the se picks them.
     return_fit : bool
         Keep each integrand's fitted control variate in ``CVResult.fits`` (a
         :class:`~pymc_cv.core.cvfit.CVFit` with ``.predict(samples, scores)``); off by default,
@@ -365,7 +359,7 @@ def cv_estimate(
                 raise
             notes.append(f"kernel CVs skipped ({err})")
     candidates = [_rescale(c, loc, scale) for c in candidates]
-    res = finalize(Y, chain, candidates, choose="first" if strict else ("as_first" if same_method else "best"),
+    res = finalize(Y, chain, candidates, choose="first" if strict else "best",
                    fallback=not strict, notes=notes, standardizer=std if return_fit else None)
     tail_note = heavy_tail_note(X) if check_tails else None
     if tail_note:

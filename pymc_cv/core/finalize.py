@@ -138,12 +138,10 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
         Integrand values; ``chain`` as for ``cv_estimate``, or a list of k label arrays
         (None entries for independent draws) when columns are tasks with draws of their own.
     candidates : list of Candidate
-    choose : {"best", "first", "as_first"}
+    choose : {"best", "first"}
         "best": per integrand the candidate with the smallest se as it would be reported, among
         those that beat MC on held-out draws if any did; "first": the first candidate that
-        fitted it (an explicit method); "as_first": the candidate "best" chose for integrand 0,
-        for every integrand it fitted (a second moment following its mean: choosing by the
-        smallest se picks the low estimates of a skewed integrand, whose se is low with them).
+        fitted it (an explicit method).
     fallback : bool
         Report the MC mean where the chosen candidate did not beat MC on held-out draws.
     kind : str
@@ -156,17 +154,12 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     cols = [np.asarray(Y[:, j]) for j in range(Y.shape[1])] if isinstance(Y, np.ndarray) else list(Y)
     chains = chain if isinstance(chain, list) else [chain] * len(cols)
     notes = list(notes or [])
-    first_choice = None
     out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid", "fit", "bias")}
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc, mcse = float(np.mean(y)), mcse_mean(y, c)
         floor = roundoff_floor(y)
         tried = []
-        if choose == "as_first" and j > 0 and first_choice is not None:
-            candidates_j = [first_choice] if first_choice.index_of(j) is not None else candidates
-        else:
-            candidates_j = candidates
-        for cand in candidates_j:
+        for cand in candidates:
             i = cand.index_of(j)
             if i is None or not np.isfinite(cand.estimate[i]):
                 continue
@@ -180,8 +173,6 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
             # one alone: a fit that looks best on held-out draws but moves with them loses
             helped = [a for a in tried if a["vr"] > 1.0]  # no fallback to MC while a CV beat it
             a = tried[0] if choose == "first" else min(helped or tried, key=lambda a: a["se"])
-            if j == 0:
-                first_choice = a["cand"]
             cand, i, vr, se, r = a["cand"], a["i"], a["vr"], a["se"], a["r"]
             name = method_label or cand.name
             if vr <= 1.0 and fallback:
