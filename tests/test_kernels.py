@@ -8,6 +8,7 @@ from pymc_cv.core.kernels import (
     Polynomial,
     PreconditionedSquaredExponential,
     SquaredExponential,
+    gram_with_contraction,
 )
 
 
@@ -73,6 +74,25 @@ def test_lengthscale_gradients_match_finite_differences(kernel):
         e[j] = 1e-6
         fd = (kernel.with_log_params(theta + e).gram(X, S) - kernel.with_log_params(theta - e).gram(X, S)) / 2e-6
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kernel", KERNELS[:4] + [PreconditionedSquaredExponential(lengthscale=np.array([0.8, 1.2, 2.0]))],
+                         ids=lambda k: type(k).__name__)
+def test_gradient_contraction_matches_finite_differences(kernel):
+    # what REML tuning needs, sum(W * dK / dlog l_j) and the mean diagonal of dK / dlog l_j, against
+    # central differences of the Gram matrix (W not symmetric, so every term of the expansion counts)
+    rng = np.random.default_rng(5)
+    X, S = rng.normal(size=(7, 3)), rng.normal(size=(7, 3))
+    W = rng.normal(size=(7, 7))
+    K, contract, diag_grad = gram_with_contraction(kernel, X, S)
+    np.testing.assert_allclose(K, kernel.gram(X, S), rtol=1e-12)
+    theta = kernel.log_params()
+    for j in range(theta.size):
+        e = np.zeros_like(theta)
+        e[j] = 1e-6
+        fd = (kernel.with_log_params(theta + e).gram(X, S) - kernel.with_log_params(theta - e).gram(X, S)) / 2e-6
+        np.testing.assert_allclose(contract(W)[j], np.sum(W * fd), rtol=1e-5)
+        np.testing.assert_allclose(diag_grad[j], np.mean(np.diag(fd)), rtol=1e-5)
 
 
 def test_stein_kernel_has_zero_mean_under_target():

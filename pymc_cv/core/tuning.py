@@ -19,6 +19,7 @@ import numpy as np
 from scipy import linalg, optimize
 
 from .kernel_cv import design_matrix
+from .kernels import gram_with_contraction
 from .linalg import restricted_loglik
 from .threads import single_threaded_when_small
 
@@ -116,19 +117,16 @@ def tune_marginal_likelihood(
     def fixed_objective(theta):
         kern = kernel.with_log_params(theta[:n_k])
         eta = np.exp(theta[n_k]) if tune_nugget else nugget
-        K, dKs = kern.gram_and_grads(X, S)
+        K, contract, diag_grad = gram_with_contraction(kern, X, S)
         scale = float(np.mean(np.diag(K)))
-        C = Bmask * K
+        C = Bmask * K if T > 1 else K.copy()
         C[np.diag_indices(N)] += eta * scale
         try:
             value, W, _ = restricted_loglik(C, P, y, profile_scale=True, allow_jitter=False)
         except (ValueError, np.linalg.LinAlgError):
             return np.inf, np.zeros_like(theta)
-        grad = []
-        for dK in dKs:
-            dC = Bmask * dK
-            # the nugget follows the mean diagonal of K, so it moves with the lengthscale too
-            grad.append(0.5 * (np.vdot(W, dC) + eta * np.mean(np.diag(dK)) * np.trace(W)))
+        # the nugget follows the mean diagonal of K, so it moves with the lengthscale too
+        grad = list(0.5 * (contract(Bmask * W if T > 1 else W) + eta * diag_grad * np.trace(W)))
         if tune_nugget:
             grad.append(0.5 * eta * scale * np.trace(W))
         return -value, -np.asarray(grad)
@@ -185,15 +183,14 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
         L = _tril_matrix(params[n_k + 1 :], T)
         Bfull = s2 * (L @ L.T)
         Bm = Bfull[np.ix_(tau, tau)]
-        K, dKs = kern.gram_and_grads(X, S)
+        K, contract, _ = gram_with_contraction(kern, X, S)
         C = Bm * K
         C[np.diag_indices(N)] += np.exp(log_nug)
         try:
             value, W, _ = restricted_loglik(C, P, y, profile_scale=False, allow_jitter=False)
         except (ValueError, np.linalg.LinAlgError):
             return np.inf, np.zeros_like(params)
-        WB = W * Bm
-        grad = [0.5 * np.vdot(WB, dK) for dK in dKs]
+        grad = list(0.5 * contract(W * Bm))
         grad.append(0.5 * np.exp(log_nug) * np.trace(W))
         # LKJ(2) prior on the task correlations R: log det R = log det B - sum_t log B_tt; it keeps
         # B away from singular when two tasks are (nearly) the same function, where the
