@@ -138,7 +138,7 @@ def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, w
         info["n_inducing"] = choice.m
         suffix = "-nystrom"
         notes.append(f"kernel CVs used {choice.m} inducing draws ({n} draws > exact_max_n="
-                     f"{opts['exact_max_n']}; held-out mean squared error by M: "
+                     f"{opts['exact_max_n']}; held-out mean squared error on half of the draws, by M: "
                      + ", ".join(f"{m}: {e:.3g}" for m, e in choice.path) + ").")
     out = []
     for fit in fits:

@@ -38,6 +38,8 @@ __all__ = ["fold_labels", "repeated_draws", "deletion_residuals", "refit_residua
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
 # autocorrelation time buy nothing
 MAX_BLOCK = 250
+# blocks whose Q_BB are formed before they are factorised (bounds that memory: 32 x 250^2 doubles)
+_BLOCK_BATCH = 32
 
 
 def fold_labels(n, chain, folds, max_block=MAX_BLOCK, first=None):
@@ -111,15 +113,21 @@ def deletion_residuals(Qy, q_diag, q_block, labels):
         return Qy / dq, Qy / np.sqrt(dq)
     resid = np.empty_like(Qy)
     z = np.empty_like(Qy)
-    with blas_threads(1):  # many small factorisations: threads only thrash (see ``threads``)
-        for idx in _blocks(labels):
-            _delete_block(idx, Qy, q_block, resid, z)
+    blocks = _blocks(labels)
+    for start in range(0, len(blocks), _BLOCK_BATCH):
+        batch = blocks[start:start + _BLOCK_BATCH]
+        # forming Q_BB can be a product over a long inner dimension (M inducing draws), which BLAS
+        # threads do speed up; the b x b factorisations that follow are where threads only
+        # thrash (see ``threads``)
+        QBBs = [q_block(idx) for idx in batch]
+        with blas_threads(1):
+            for idx, QBB in zip(batch, QBBs):
+                _delete_block(idx, Qy, QBB, resid, z)
     return resid, z
 
 
-def _delete_block(idx, Qy, q_block, resid, z):
+def _delete_block(idx, Qy, QBB, resid, z):
     """Residuals of block ``idx`` from the fit without it, written into ``resid`` and ``z``."""
-    QBB = q_block(idx)
     QBB = 0.5 * (QBB + QBB.T)
     try:
         c = linalg.cho_factor(QBB, lower=True, check_finite=False)

