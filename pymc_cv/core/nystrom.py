@@ -37,7 +37,7 @@ __all__ = ["fit_nystrom_heldout", "choose_inducing", "normal_fit_on"]
 _SLAB_BYTES = 16e6
 
 
-def slab_rows(width):
+def _slab_rows(width):
     """Rows of a slab of ``width`` doubles per row (at least one)."""
     return max(1, int(_SLAB_BYTES // (8 * max(width, 1))))
 
@@ -57,7 +57,7 @@ def cross_gram(kernel, B, X, S, tau, inducing, previous=None):
     if done:
         K[:, :done] = previous
     Z, SZ, tz = X[inducing[done:]], S[inducing[done:]], tau[inducing[done:]]
-    rows = slab_rows(len(inducing) - done)
+    rows = _slab_rows(len(inducing) - done)
     for a in range(0, N, rows):
         b = min(N, a + rows)
         K[a:b, done:] = stein_gram(kernel, B, X[a:b], S[a:b], tau[a:b], Z, SZ, tz)
