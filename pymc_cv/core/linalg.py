@@ -52,6 +52,15 @@ def lower_solve(L, B, overwrite_b=False):
     (N = 20,000, M = 1,066: 0.32 s against 0.72-1.08 s, the same numbers): LAPACK's ``trtrs``
     path copies both operands and checks the diagonal first.  ``B`` given in Fortran order (the
     transpose of a C-ordered (n, m) array) and ``overwrite_b=True`` is solved in place.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import linalg
+    >>> L = np.linalg.cholesky(np.array([[4.0, 2.0], [2.0, 3.0]]))
+    >>> B = np.arange(6.0).reshape(2, 3)
+    >>> bool(np.allclose(lower_solve(L, B), linalg.solve_triangular(L, B, lower=True)))
+    True
     """
     return blas.dtrsm(1.0, np.asfortranarray(L), B, lower=1, overwrite_b=overwrite_b)
 
