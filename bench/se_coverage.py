@@ -15,6 +15,8 @@ reliable, and the median |CV error| / |MC error|.  Targets (issue 13): coverage 
 reliable results in every cell, and at least half flagged reliable wherever CV beats MC by 2x.
 
     python bench/se_coverage.py [reps=40]
+    python bench/se_coverage.py REPS SAMPLER D N [SEED]   (one cell, e.g. 150 mcmc 1 1000 11: more
+                                                          replications where 30 cannot tell 85% from 95%)
 """
 
 from __future__ import annotations
@@ -99,5 +101,16 @@ def main(reps=40):
     print(f"\ncells missing a target (bold): {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)))
 
 
+def one_cell(reps, sampler, d, n, seed=None):
+    seed = 1000 * d + n + (0 if sampler == "iid" else 1) if seed is None else seed
+    start = time.perf_counter()
+    res = cell(d, n, sampler, reps, seed)
+    print(f"{sampler} d={d} n={n}, {reps} reps, seed {seed} ({time.perf_counter() - start:.0f} s): " + " | ".join(
+        f"{name} {cov:.0%} / {share:.0%} / {ratio:.2g}" for name, (cov, share, ratio, _) in zip(NAMES, res)))
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 40)
+    if len(sys.argv) > 2:
+        one_cell(int(sys.argv[1]), sys.argv[2], *(int(a) for a in sys.argv[3:]))
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 40)
