@@ -312,11 +312,11 @@ class PreconditionedSquaredExponential(_Lengthscaled):
 
     def gram_and_contraction(self, X, SX):
         q, SXs = self._shift(X, SX)
-        K, contract, _ = SquaredExponential(self.lengthscale).gram_and_contraction(X, SXs)
+        se = SquaredExponential(self.lengthscale)
+        K, contract, _ = se.gram_and_contraction(X, SXs)
         Q = np.outer(q, q)
         # the diagonal of the SE part moves by -2 a_j, scaled by q^2 here
-        a = SquaredExponential(self.lengthscale)._a(X.shape[1])
-        dg = -2.0 * a * np.mean(q**2)
+        dg = -2.0 * se._a(X.shape[1]) * np.mean(q**2)
         return K * Q, lambda W: contract(W * Q), (np.array([dg.sum()]) if np.size(self.lengthscale) == 1 else dg)
 
 

@@ -127,7 +127,6 @@ def _fit_in_quarter_order(X, S, Y, tau, T, kernel, B, nugget, orders, labels, in
     Kmm = 0.5 * (Kmm + Kmm.T)
     M = Kmm.shape[0]
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tau[inducing]]))
-    N, k = Y.shape
     quarters = [_as_slice(q) for q in split_parts(labels, 4)]
     # F'F and F'Y as sums over quarters of the draws: the fits without one of them (same
     # hyperparameters, ``heldout.jackknife_bias``) then cost no extra pass over K_NM
@@ -219,6 +218,8 @@ def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, 
     # each M is judged on the held-out residuals of half of the draws (two whole quarters, the
     # first half in quarter order); only the M kept gets the other half's
     half = slice(0, int(sum(q.sum() for q in split_parts(labels, 4)[:2]))) if client is None else None
+    scale = np.maximum(np.var(Y, axis=0), 1e-300)
+    judged = slice(None) if half is None else half
     best, path, M, Knm = None, [], min(m_start, m_cap), None
     while True:
         if client is None:
@@ -232,8 +233,6 @@ def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, 
 
             fits = [(f, lambda: None) for f in fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders,
                                                                         labels, order[:M], client, keep_fit=keep_fit)]
-        scale = np.maximum(np.var(Y, axis=0), 1e-300)
-        judged = slice(None) if half is None else half
         err = min(float(np.sum(np.mean(f.resid[judged] ** 2, axis=0) / scale)) for f, _ in fits)
         path.append((M, err))
         improved = best is None or err < (1.0 - tol) * best[1]
