@@ -137,7 +137,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
         (e.g. a prediction at 10 time points).
-    method : {"auto", "mc", "zv1", "zv2", "zv", "cf", "secf", "vvcv", "metacv"}
+    method : {"auto", "mc", "zv1", "zv2", "zv2diag", "zv", "cf", "secf", "vvcv", "metacv"}
         Estimator (see :func:`cv_estimate`).  Every row and every task shares the draws and
         scores, so all are fitted together in one :func:`cv_estimate` call: one least-squares
         fit for the ZV-CVs, one tuned and factorised kernel matrix for the kernel CVs, the best
@@ -385,8 +385,8 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
     if tasks == "temperature" and integrands is not None:
         raise ValueError("tasks='temperature' summarises var_names at every temperature; integrands are not "
                          "supported there yet. Add the integrand as a pm.Deterministic instead.")
-    if method not in ("auto", "mc", "zv1", "zv2", "zv", "cf", "secf", "vvcv", "metacv"):
-        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'zv', 'cf', 'secf', 'vvcv' or "
+    if method not in ("auto", "mc", "zv1", "zv2", "zv2diag", "zv", "cf", "secf", "vvcv", "metacv"):
+        raise ValueError(f"method={method!r}; use 'auto', 'mc', 'zv1', 'zv2', 'zv2diag', 'zv', 'cf', 'secf', 'vvcv' or "
                          "'metacv'.")
 
 

@@ -45,6 +45,23 @@ def test_zv_chooses_the_order_that_makes_each_integrand_exact():
     assert few.method in ("zv1", "zv2", "mc") and abs(few.estimate - 1.0) < 1e-8
 
 
+def test_auto_fits_squares_without_cross_terms_when_draws_are_too_few_for_full_order_2():
+    """d = 30, n = 200: full order 2 has 495 coefficients (needs 992 draws) but the 60 of x_j and
+    x_j^2 fit, and they make sums of squares exact under an axis-aligned Gaussian."""
+    mean, sd = np.linspace(-2, 2, 30), np.linspace(0.5, 3, 30)
+    x, s = gaussian_draws(200, 30, 4, mean, sd)
+    F = np.column_stack([x[:, 0] ** 2 + 3 * x[:, 5] ** 2 - x[:, 7], np.sin(x[:, 1])])
+    truth = mean[0] ** 2 + sd[0] ** 2 + 3 * (mean[5] ** 2 + sd[5] ** 2) - mean[7]
+    res = pymc_cv.cv_estimate(F, x, s)
+    assert res.method[0] == "zv2diag"
+    assert abs(res.estimate[0] - truth) < 1e-8 and res.se[0] < 1e-8
+    assert abs(pymc_cv.cv_estimate(F[:, 0], x, s, method="zv2diag").estimate - truth) < 1e-8
+    # with draws for full order 2 (d = 3, n = 200) the diagonal basis is not a separate candidate
+    assert pymc_cv.cv_estimate(F[:, 0], x[:, :3], s[:, :3], method="zv").method != "zv2diag"
+    with pytest.raises(ValueError, match="order 2"):
+        pymc_cv.core.polynomial.stein_polynomial_features(x, s, 3, cross=False)
+
+
 def test_several_integrands_at_once():
     x, s = gaussian_draws(300, 2, 0)
     F = np.column_stack([x[:, 0] ** 2, x[:, 1], x[:, 0] * x[:, 1] + 2.0])

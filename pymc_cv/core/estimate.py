@@ -35,7 +35,7 @@ from .zero_variance import zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
 
-METHODS = ("mc", "zv1", "zv2", "zv3", "zv", "cf", "secf", "auto")
+METHODS = ("mc", "zv1", "zv2", "zv2diag", "zv3", "zv", "cf", "secf", "auto")
 _MAX_TUNE_COLUMNS = 20
 # held-out residual variance below this share of var(f): the integrand is already exact
 _EXACT = 1e-20
@@ -171,27 +171,34 @@ def _scaled(predictor, scale):
 
 
 def _planned_methods(method, n, d):
-    """ZV orders and kernel designs that ``method`` asks for (``"auto"``: all that can be fitted)."""
+    """ZV bases (order, cross terms) and kernel designs that ``method`` asks for (``"auto"``: all
+    that can be fitted)."""
     if method in ("auto", "zv"):
-        # an order is tried when the draws are at least twice its number of coefficients
+        # a basis is tried when the draws are at least twice its number of coefficients
         orders = [o for o in ((1, 2) if method == "auto" else (1, 2, 3))
                   if o == 1 or n > 2 * (1 + n_polynomial_features(d, o))]
-        return orders, (["cf", "secf"] if method == "auto" else [])
-    return ([int(method[2])] if method.startswith("zv") else []), ([method] if method in ("cf", "secf") else [])
+        bases = [(o, True) for o in orders]
+        if 2 not in orders and d > 1 and n > 2 * (1 + n_polynomial_features(d, 2, cross=False)):
+            # too many draws short of the d^2 / 2 cross terms: the squares alone still fit
+            bases.append((2, False))
+        return bases, (["cf", "secf"] if method == "auto" else [])
+    if method == "zv2diag":
+        return [(2, False)], []
+    return ([(int(method[2]), True)] if method.startswith("zv") else []), ([method] if method in ("cf", "secf") else [])
 
 
-def _zv_candidates(orders, Xs, Ss, Ystd, live, zv_penalty, chain, opts, random_seed, rep, strict, notes):
-    """One ZV-CV candidate per polynomial order, fitted for every live integrand at once."""
+def _zv_candidates(bases, Xs, Ss, Ystd, live, zv_penalty, chain, opts, random_seed, rep, strict, notes):
+    """One ZV-CV candidate per polynomial basis, fitted for every live integrand at once."""
     candidates = []
-    for order in orders:
+    for order, cross in bases:
         try:
             cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
                                            random_seed, first=None if rep is None else rep[0],
-                                           keep_fit=opts["return_fit"])
+                                           keep_fit=opts["return_fit"], cross=cross)
         except ValueError as err:
             if strict:
                 raise
-            notes.append(f"zv{order} skipped ({err})")
+            notes.append(f"zv{order}{'' if cross else 'diag'} skipped ({err})")
             continue
         cand.columns = live
         candidates.append(cand)
@@ -246,8 +253,10 @@ def cv_estimate(
         The draws, on the unconstrained space where the scores are taken.
     scores : array (n, d)
         grad_x log pi(x_i) at each draw (log density up to a constant, Jacobian included).
-    method : {"auto", "mc", "zv1", "zv2", "zv3", "zv", "cf", "secf"}
-        ``"zv1"``/``"zv2"``/``"zv3"``: zero-variance polynomial CVs; ``"zv"``: the ZV-CV whose order
+    method : {"auto", "mc", "zv1", "zv2", "zv2diag", "zv3", "zv", "cf", "secf"}
+        ``"zv1"``/``"zv2"``/``"zv3"``: zero-variance polynomial CVs; ``"zv2diag"``: order 2
+        without cross products (2 d coefficients; ``"auto"`` and ``"zv"`` try it when the draws
+        are too few for full order 2); ``"zv"``: the ZV-CV whose order
         (1, 2 or 3, as many as the draws identify) has the smallest held-out se, MC included
         (ZVCV's choice of the order by cross-validation); ``"cf"``: control functional
         (kernel CV); ``"secf"``: semi-exact control functional (polynomial + kernel);
@@ -342,13 +351,13 @@ def cv_estimate(
     Ystd = (Y - loc) / np.where(scale > 0, scale, 1.0)
     scale = np.where(scale > 0, scale, 1.0)
 
-    zv_orders, kernel_names = _planned_methods(method, n, d)
+    zv_bases, kernel_names = _planned_methods(method, n, d)
     notes = []
     if rep is not None:
         notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
                      "copies are held out together and are one point of a kernel fit.")
     strict = method not in ("auto", "zv")
-    candidates = _zv_candidates(zv_orders if live.size else [], Xs, Ss, Ystd, live, zv_penalty, chain, opts,
+    candidates = _zv_candidates(zv_bases if live.size else [], Xs, Ss, Ystd, live, zv_penalty, chain, opts,
                                 random_seed, rep, strict, notes)
     kernel_names, todo = _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes)
     if kernel_names and todo.size:

@@ -16,11 +16,20 @@ import numpy as np
 __all__ = ["stein_polynomial_features", "n_polynomial_features"]
 
 
-def n_polynomial_features(d, order):
-    """Number of Stein features of total degree 1..order in d dimensions: C(d + order, order) - 1."""
+def n_polynomial_features(d, order, cross=True):
+    """Number of Stein features of total degree 1..order in d dimensions: C(d + order, order) - 1
+    (``cross=False``, order 2: the d linear and d pure squares only, 2 d)."""
     if int(order) != order or order < 0:
         raise ValueError(f"polynomial order {order!r}; use a non-negative integer.")
+    if not cross:
+        _check_diagonal(order)
+        return int(order) * d
     return math.comb(d + int(order), int(order)) - 1
+
+
+def _check_diagonal(order):
+    if order != 2:
+        raise ValueError(f"a diagonal polynomial basis (no cross terms) is of order 2, got order {order!r}.")
 
 
 def _monomial_images(X, S, degree):
@@ -42,8 +51,12 @@ def _monomial_images(X, S, degree):
     return np.column_stack(cols)
 
 
-def stein_polynomial_features(X, S, order):
+def stein_polynomial_features(X, S, order, cross=True):
     """Features L[P](x) for all monomials P of degree 1..order, shape (n, q).
+
+    ``cross=False`` (order 2 only) keeps x_j and x_j^2 and drops the d (d - 1) / 2 products
+    x_i x_j: 2 d features, so a quadratic correction per coordinate still fits with a few
+    hundred draws where full order 2 would need d^2 / 2 coefficients.
 
     Examples
     --------
@@ -51,14 +64,18 @@ def stein_polynomial_features(X, S, order):
     >>> x = np.array([[0.5, -1.0]])
     >>> stein_polynomial_features(x, -x, 2).round(3)   # N(0, I) scores s = -x
     array([[-0.5,  1. ,  1.5,  0. ,  1. ]])
+    >>> stein_polynomial_features(x, -x, 2, cross=False).round(3)   # without x_0 x_1
+    array([[-0.5,  1. ,  1.5,  0. ]])
     """
     n, d = X.shape
-    n_polynomial_features(d, order)  # validates the order
+    n_polynomial_features(d, order, cross)  # validates the order
     if order == 0:
         return np.zeros((n, 0))
     cols = [S]  # P = x_j
     if order >= 2:
         cols.append(2.0 + 2.0 * X * S)  # P = x_j^2
+        if not cross:
+            return np.concatenate(cols, axis=1)
         i, j = np.triu_indices(d, 1)
         cols.append(X[:, i] * S[:, j] + X[:, j] * S[:, i])  # P = x_i x_j
     cols += [_monomial_images(X, S, k) for k in range(3, int(order) + 1)]

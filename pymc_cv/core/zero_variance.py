@@ -29,9 +29,9 @@ def choose_penalty(n, q, penalty):
     return penalty
 
 
-def fit_zero_variance(X, S, y, order, penalty=None, seed=0):
+def fit_zero_variance(X, S, y, order, penalty=None, seed=0, cross=True):
     """Fit y ~ intercept + Stein features; returns (intercept, feature coefficients)."""
-    psi = stein_polynomial_features(X, S, order)
+    psi = stein_polynomial_features(X, S, order, cross)
     n, q = psi.shape
     if penalty is None:
         if n <= q + 1:
@@ -52,17 +52,19 @@ def fit_zero_variance(X, S, y, order, penalty=None, seed=0):
     return float(model.intercept_), np.asarray(model.coef_)
 
 
-def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first=None, keep_fit=False):
+def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first=None, keep_fit=False, cross=True):
     """ZV-CV of every column of ``Y`` (n, k) with held-out residuals, as a :class:`Candidate`.
+
+    ``cross=False``: the order-2 basis without cross products (named ``"zv2diag"``).
 
     Least squares is one QR for all columns, and its held-out residuals are the closed form
     (I - H_BB)^-1 e_B of ``heldout``; penalised fits are refitted per fold and column.
     """
     n, k = Y.shape
-    pen = choose_penalty(n, n_polynomial_features(X.shape[1], order), penalty)
-    name = f"zv{order}"
+    pen = choose_penalty(n, n_polynomial_features(X.shape[1], order, cross), penalty)
+    name = f"zv{order}" + ("" if cross else "diag")
     if pen is None:
-        psi = stein_polynomial_features(X, S, order)
+        psi = stein_polynomial_features(X, S, order, cross)
         if n <= psi.shape[1] + 1:
             raise ValueError(
                 f"zv{order} needs more than {psi.shape[1] + 1} draws for d={X.shape[1]} (got {n}); "
@@ -79,23 +81,23 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
         influence = Qm @ linalg.solve_triangular(R, np.eye(R.shape[0])[:, 0], trans="T", check_finite=False)
         bias = jackknife_bias(lambda m: _least_squares_intercepts(D[~m], Y[~m]), labels, coef[0])
         gamma = coef[1:]
-        return Candidate(name, coef[0], resid, z, None, {"order": order, "penalty": None},
+        return Candidate(name, coef[0], resid, z, None, {"order": order, "cross": cross, "penalty": None},
                          influence=influence, labels=labels, jackknife_bias=bias,
-                         predictor=_polynomial_predictor(order, gamma) if keep_fit else None)
+                         predictor=_polynomial_predictor(order, gamma, cross) if keep_fit else None)
     est = np.empty(k)
     jack = np.empty(k)
-    gamma = np.empty((n_polynomial_features(X.shape[1], order), k))
+    gamma = np.empty((n_polynomial_features(X.shape[1], order, cross), k))
     resid = np.empty_like(Y)
     labels = fold_labels(n, chain if chain is not None else np.zeros(n, dtype=int), max(folds, 2), max_block=None,
                          first=first)
     for j in range(k):
-        est[j], gamma[:, j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed)
+        est[j], gamma[:, j] = fit_zero_variance(X, S, Y[:, j], order, pen, seed, cross)
         fold_intercepts = []
 
         def fit_predict(train, test, y=Y[:, j], kept=fold_intercepts):
-            b0, gamma = fit_zero_variance(X[train], S[train], y[train], order, pen, seed)
+            b0, gamma = fit_zero_variance(X[train], S[train], y[train], order, pen, seed, cross)
             kept.append(b0)
-            r = y[test] - b0 - stein_polynomial_features(X[test], S[test], order) @ gamma
+            r = y[test] - b0 - stein_polynomial_features(X[test], S[test], order, cross) @ gamma
             return r, None
 
         resid[:, j] = refit_residuals(fit_predict, n, labels)[0]
@@ -103,18 +105,18 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
         b = np.asarray(fold_intercepts)
         jack[j] = np.sqrt((b.size - 1) / b.size * np.sum((b - b.mean()) ** 2))
     def fit_without(m):
-        return np.array([fit_zero_variance(X[~m], S[~m], Y[~m, j], order, pen, seed)[0] for j in range(k)])
+        return np.array([fit_zero_variance(X[~m], S[~m], Y[~m, j], order, pen, seed, cross)[0] for j in range(k)])
 
     # two groups: each penalised refit cross-validates its penalty
     bias = jackknife_bias(fit_without, labels, est, groups=2)
-    return Candidate(name, est, resid, resid, None, {"order": order, "penalty": pen}, jackknife_bias=bias,
-                     jackknife=jack,
-                     predictor=_polynomial_predictor(order, gamma) if keep_fit else None)
+    return Candidate(name, est, resid, resid, None, {"order": order, "cross": cross, "penalty": pen},
+                     jackknife_bias=bias, jackknife=jack,
+                     predictor=_polynomial_predictor(order, gamma, cross) if keep_fit else None)
 
 
-def _polynomial_predictor(order, gamma):
+def _polynomial_predictor(order, gamma, cross=True):
     """The zero-mean part of ZV-CVs with Stein-feature coefficients ``gamma`` (q, k)."""
-    return lambda X, S: stein_polynomial_features(X, S, order) @ gamma
+    return lambda X, S: stein_polynomial_features(X, S, order, cross) @ gamma
 
 
 def _least_squares_intercepts(D, Y):
