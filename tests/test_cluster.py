@@ -159,6 +159,8 @@ def test_large_n_kernel_cv_with_its_features_on_the_workers(client):
     here = pymc_cv.cv_estimate(f, x, -x, **kw)
     there = pymc_cv.cv_estimate(f, x, -x, client=client, **kw)
     assert list(there.method) == list(here.method) == ["cf-nystrom"] * 2
+    # both judge each M of the ladder on the same half of the draws, so both keep the same M
+    assert [h["n_inducing"] for h in there.hyperparameters] == [h["n_inducing"] for h in here.hyperparameters]
     assert np.all(np.abs(there.estimate - here.estimate) < 1e-3 * here.se)
     np.testing.assert_allclose(there.se, here.se, rtol=1e-3)
     assert np.all(np.abs(there.estimate - [1.0, np.exp(-0.5)]) < 4 * there.se)

@@ -216,10 +216,11 @@ def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, 
 
 def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, m_cap, tol, client, keep_fit):
     # each M is judged on the held-out residuals of half of the draws (two whole quarters, the
-    # first half in quarter order); only the M kept gets the other half's
-    half = slice(0, int(sum(q.sum() for q in split_parts(labels, 4)[:2]))) if client is None else None
+    # first half in quarter order); only the M kept gets the other half's.  The dask path computes
+    # every draw's in one pass over the workers' features, but judges on the same half, so both
+    # paths keep the same M
+    half = slice(0, int(sum(q.sum() for q in split_parts(labels, 4)[:2])))
     scale = np.maximum(np.var(Y, axis=0), 1e-300)
-    judged = slice(None) if half is None else half
     best, path, M, Knm = None, [], min(m_start, m_cap), None
     while True:
         if client is None:
@@ -233,7 +234,7 @@ def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, 
 
             fits = [(f, lambda: None) for f in fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders,
                                                                         labels, order[:M], client, keep_fit=keep_fit)]
-        err = min(float(np.sum(np.mean(f.resid[judged] ** 2, axis=0) / scale)) for f, _ in fits)
+        err = min(float(np.sum(np.mean(f.resid[half] ** 2, axis=0) / scale)) for f, _ in fits)
         path.append((M, err))
         improved = best is None or err < (1.0 - tol) * best[1]
         if best is None or err < best[1]:
