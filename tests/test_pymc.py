@@ -120,7 +120,7 @@ def test_integrand_with_task_dims_is_fitted_with_the_rows_or_by_vvcv(hierarchica
         return mu + ts * mu**2
 
     plain = curve(idata.posterior).mean(axis=(0, 1))
-    for method, names in (("auto", {"zv1", "zv2", "cf", "secf", "mc"}), ("vvcv", {"vvcv-shared", "mc"})):
+    for method, names in (("auto", {"zv1", "zv2", "zv2diag", "cf", "secf", "mc"}), ("vvcv", {"vvcv-shared", "mc"})):
         table = pymc_cv.summary(idata, model=model, integrands={"curve": curve}, method=method, progressbar=False)
         assert list(table.index) == [f"curve[{i}]" for i in range(4)]
         assert set(table["method"]) <= names
