@@ -56,8 +56,11 @@ def _field(u, x, kind="van_der_pol"):
 
 
 def rk4_numpy(x, kind="van_der_pol"):
-    """u1 at S_OBS by the same RK4 as the model."""
-    u, out = U0.copy(), [U0[0]]
+    """u1 at S_OBS by the same RK4 as the model, shape (11,) + np.shape(x) (x may be an array:
+    one solve for all its values)."""
+    x = np.asarray(x, dtype=float)
+    u = np.multiply.outer(U0, np.ones_like(x))
+    out = [u[0]]
     for _ in range(10):
         for _ in range(STEPS_PER_UNIT):
             k1 = _field(u, x, kind)
@@ -80,7 +83,10 @@ def simulate(seed=0, x_true=1.0):
 
 
 def loglik_numpy(x, y, solver=rk4_numpy):
-    return float(stats.norm(solver(x), NOISE).logpdf(y).sum())
+    """log p(y | x); for an array x (with the vectorised ``rk4_numpy``) an array of the same shape."""
+    if np.ndim(x) == 0:
+        return float(stats.norm(solver(x), NOISE).logpdf(y).sum())
+    return stats.norm(solver(x), NOISE).logpdf(np.reshape(y, (-1,) + (1,) * np.ndim(x))).sum(axis=0)
 
 
 def log_evidence_quadrature(y, solver=rk4_numpy):

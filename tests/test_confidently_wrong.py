@@ -128,26 +128,6 @@ def _van_der_pol_example():
     return vdp
 
 
-def _van_der_pol_loglik(vdp, x, y):
-    """log p(y | x) of the van der Pol example for an array of x, by the model's RK4 (vectorised)."""
-    x = np.atleast_1d(x)
-    u, u1, h = np.tile(vdp.U0[:, None], x.size), [np.full(x.size, vdp.U0[0])], vdp.H
-
-    def field(v):
-        return np.array([v[1], x * (1 - v[0] ** 2) * v[1] - v[0]])
-
-    for _ in range(10):
-        for _ in range(vdp.STEPS_PER_UNIT):
-            k1 = field(u)
-            k2 = field(u + h / 2 * k1)
-            k3 = field(u + h / 2 * k2)
-            k4 = field(u + h * k3)
-            u = u + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        u1.append(u[0])
-    resid = (y[:, None] - np.array(u1)) / vdp.NOISE
-    return -0.5 * np.sum(resid**2, axis=0) - y.size * np.log(vdp.NOISE * np.sqrt(2 * np.pi))
-
-
 @pytest.mark.slow
 def test_metropolis_draws_of_an_ode_model_are_covered_or_flagged():
     """Issue 13 cases 6 and 7, rebuilt: random-walk Metropolis (a third of the draws repeat) on the
@@ -163,7 +143,7 @@ def test_metropolis_draws_of_an_ode_model_are_covered_or_flagged():
     y = vdp.simulate(0)
     terms = loglik_terms(vdp.build_model(y))
     zs = np.linspace(-1.5, 1.5, 3001)
-    ll = _van_der_pol_loglik(vdp, np.exp(zs), y)
+    ll = vdp.loglik_numpy(np.exp(zs), y)  # the model's RK4, one solve for the grid
     prior = stats.norm(0, vdp.PRIOR_SD)
     for t, step in ((0.0041, 0.3), (1.0, 0.05)):
         w = np.exp(t * ll + prior.logpdf(zs) - np.max(t * ll + prior.logpdf(zs)))
@@ -172,11 +152,11 @@ def test_metropolis_draws_of_an_ode_model_are_covered_or_flagged():
         for seed in range(2):
             rng = np.random.default_rng(seed)
             z = rng.normal(0, 0.1, size=2)  # two chains, stepped together
-            logp = t * _van_der_pol_loglik(vdp, np.exp(z), y) + prior.logpdf(z)
+            logp = t * vdp.loglik_numpy(np.exp(z), y) + prior.logpdf(z)
             Z = []
             for i in range(700):
                 prop = z + step * rng.normal(size=2)
-                lp_prop = t * _van_der_pol_loglik(vdp, np.exp(prop), y) + prior.logpdf(prop)
+                lp_prop = t * vdp.loglik_numpy(np.exp(prop), y) + prior.logpdf(prop)
                 take = np.log(rng.uniform(size=2)) < lp_prop - logp
                 z, logp = np.where(take, prop, z), np.where(take, lp_prop, logp)
                 if i >= 200:

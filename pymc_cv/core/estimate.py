@@ -31,7 +31,7 @@ from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .uncertainty import heavy_tail_note
 from .validation import check_cv_options, check_task
-from .zero_variance import zero_variance_candidate
+from .zero_variance import basis_name, zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
 
@@ -198,7 +198,7 @@ def _zv_candidates(bases, Xs, Ss, Ystd, live, zv_penalty, chain, opts, random_se
         except ValueError as err:
             if strict:
                 raise
-            notes.append(f"zv{order}{'' if cross else 'diag'} skipped ({err})")
+            notes.append(f"{basis_name(order, cross)} skipped ({err})")
             continue
         cand.columns = live
         candidates.append(cand)

@@ -22,14 +22,10 @@ def n_polynomial_features(d, order, cross=True):
     if int(order) != order or order < 0:
         raise ValueError(f"polynomial order {order!r}; use a non-negative integer.")
     if not cross:
-        _check_diagonal(order)
-        return int(order) * d
+        if order != 2:
+            raise ValueError(f"a diagonal polynomial basis (no cross terms) is of order 2, got order {order!r}.")
+        return 2 * d
     return math.comb(d + int(order), int(order)) - 1
-
-
-def _check_diagonal(order):
-    if order != 2:
-        raise ValueError(f"a diagonal polynomial basis (no cross terms) is of order 2, got order {order!r}.")
 
 
 def _monomial_images(X, S, degree):

@@ -29,19 +29,30 @@ def choose_penalty(n, q, penalty):
     return penalty
 
 
-def fit_zero_variance(X, S, y, order, penalty=None, seed=0, cross=True):
-    """Fit y ~ intercept + Stein features; returns (intercept, feature coefficients)."""
+def basis_name(order, cross=True):
+    """The method name of a ZV basis: ``"zv2"``, or ``"zv2diag"`` without cross products."""
+    return f"zv{order}" + ("" if cross else "diag")
+
+
+def _least_squares_design(X, S, order, cross):
+    """[1, Stein features] (n, 1 + q); ``ValueError`` when the draws cannot identify it."""
     psi = stein_polynomial_features(X, S, order, cross)
     n, q = psi.shape
+    if n <= q + 1:
+        raise ValueError(
+            f"{basis_name(order, cross)} needs more than {q + 1} draws for d={X.shape[1]} (got {n}); "
+            "use zv_penalty='lasso' or 'ridge', a lower order, or more draws."
+        )
+    return np.column_stack([np.ones(n), psi])
+
+
+def fit_zero_variance(X, S, y, order, penalty=None, seed=0, cross=True):
+    """Fit y ~ intercept + Stein features; returns (intercept, feature coefficients)."""
     if penalty is None:
-        if n <= q + 1:
-            raise ValueError(
-                f"zv{order} needs more than {q + 1} draws for d={X.shape[1]} (got {n}); "
-                "use zv_penalty='lasso' or 'ridge', a lower order, or more draws."
-            )
-        D = np.column_stack([np.ones(n), psi])
-        coef, *_ = linalg.lstsq(D, y)
+        coef, *_ = linalg.lstsq(_least_squares_design(X, S, order, cross), y)
         return coef[0], coef[1:]
+    psi = stein_polynomial_features(X, S, order, cross)
+    n = psi.shape[0]
     from sklearn.linear_model import LassoCV, RidgeCV
 
     cv = min(5, n)
@@ -62,15 +73,9 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
     """
     n, k = Y.shape
     pen = choose_penalty(n, n_polynomial_features(X.shape[1], order, cross), penalty)
-    name = f"zv{order}" + ("" if cross else "diag")
+    name = basis_name(order, cross)
     if pen is None:
-        psi = stein_polynomial_features(X, S, order, cross)
-        if n <= psi.shape[1] + 1:
-            raise ValueError(
-                f"zv{order} needs more than {psi.shape[1] + 1} draws for d={X.shape[1]} (got {n}); "
-                "use zv_penalty='lasso' or 'ridge', a lower order, or more draws."
-            )
-        D = np.column_stack([np.ones(n), psi])
+        D = _least_squares_design(X, S, order, cross)
         Qm, R = np.linalg.qr(D)
         coef = linalg.solve_triangular(R, Qm.T @ Y, check_finite=False)
         e = Y - D @ coef
