@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from example_modules import load_example
 
 import pymc_cv
 from pymc_cv.compat import group, with_groups
@@ -139,17 +140,6 @@ def test_a_slow_residual_left_by_the_cv_is_covered():
     assert np.mean(covered) >= 0.85
 
 
-def _van_der_pol_example():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("vdp", Path(__file__).parents[1] / "examples" /
-                                                  "van_der_pol_evidence.py")
-    vdp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vdp)
-    return vdp
-
-
 @pytest.mark.slow
 def test_metropolis_draws_of_an_ode_model_are_covered_or_flagged():
     """Issue 13 cases 6 and 7, rebuilt: random-walk Metropolis (a third of the draws repeat) on the
@@ -161,7 +151,7 @@ def test_metropolis_draws_of_an_ode_model_are_covered_or_flagged():
 
     from pymc_cv.adapters.pymc_tempering import loglik_terms
 
-    vdp = _van_der_pol_example()
+    vdp = load_example("van_der_pol_evidence")
     y = vdp.simulate(0)
     terms = loglik_terms(vdp.build_model(y))
     zs = np.linspace(-1.5, 1.5, 3001)

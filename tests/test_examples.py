@@ -1,14 +1,10 @@
 """The pieces of examples/lotka_volterra.py (the full run is a benchmark, not a test)."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+from example_modules import load_example
 from scipy.integrate import solve_ivp
 
-spec = importlib.util.spec_from_file_location("lotka_volterra", Path(__file__).parents[1] / "examples" / "lotka_volterra.py")
-lv = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lv)
+lv = load_example("lotka_volterra")
 
 
 def test_data_is_the_hudson_bay_series():

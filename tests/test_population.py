@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from example_modules import load_example
 from scipy import stats
 
 import pymc_cv
@@ -117,13 +118,7 @@ def test_bad_input_is_refused_with_the_fix():
 
 def sinusoid(seed=0):
     """The frequency of a sinusoid in noise (examples/sinusoid_evidence.py): many local modes in w."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "sinusoid_evidence", Path(__file__).parents[1] / "examples" / "sinusoid_evidence.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_example("sinusoid_evidence")
     return module.frequency_model(module.simulate(seed))
 
 

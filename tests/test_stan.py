@@ -12,6 +12,7 @@ import pytest
 stan = pytest.importorskip("stan", reason="PyStan is part of the test extra; pip install -e '.[test]'")
 
 import pymc_cv  # noqa: E402
+from example_modules import load_example  # noqa: E402
 
 PROGRAM = Path(__file__).parent / "stan" / "beta_binomial_normal.stan"
 DATA = dict(n=20, k=7, a=2.0, b=3.0, J=4, counts=[3, 5, 2, 4], alpha=2.0, beta=1.0, M=3, y=[0.5, 1.0, 1.5],
@@ -148,15 +149,6 @@ def test_thermodynamic_integration_from_pystan_fits():
         ti_from_pystan(fits, program, {"N": 4, "y": y.tolist()}, t, progressbar=False)
 
 
-def _example(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_van_der_pol_program_matches_the_pymc_example():
     """stan_models/van_der_pol.stan and examples/van_der_pol_evidence.py define the same likelihood
@@ -165,7 +157,7 @@ def test_van_der_pol_program_matches_the_pymc_example():
 
     from pymc_cv.adapters.stan import _StanDensity
 
-    vdp = _example("van_der_pol_evidence")
+    vdp = load_example("van_der_pol_evidence")
     y = vdp.simulate(0)
     program = (Path(__file__).parents[1] / "stan_models" / "van_der_pol.stan").read_text()
     data = {"S": 10, "s_obs": list(map(float, vdp.S_OBS[1:])), "y": y.tolist()}
@@ -182,7 +174,7 @@ def test_van_der_pol_program_matches_the_pymc_example():
 
 @pytest.mark.slow
 def test_hierarchical_gp_program_matches_the_pymc_example():
-    gp = _example("hierarchical_gp_metacv")
+    gp = load_example("hierarchical_gp_metacv")
     z, y, z_all = gp.load()
     z_test = z_all[:5]
     program = (Path(__file__).parents[1] / "stan_models" / "hierarchical_gp.stan").read_text()
@@ -199,7 +191,7 @@ def test_lotka_volterra_program_matches_the_pymc_model():
     constant) and the same gradient at the same points of R^8."""
     from pymc_cv.adapters.stan import _StanDensity
 
-    lv = _example("lotka_volterra")
+    lv = load_example("lotka_volterra")
     years, hare, lynx = lv.load_data()
     density = _StanDensity(stan.build(lv.STAN_PROGRAM.read_text(), data=lv.stan_data(years, hare, lynx)))
     model = lv.build_model(years, hare, lynx)
