@@ -103,7 +103,7 @@ def _label(kind, j):
     return f"{kind} {j}"
 
 
-def _assess(cand, i, y, c, mcse, floor):
+def _assess(cand, i, sd_y, c, mcse, floor):
     """The se this candidate would report for integrand i, and its held-out variance reduction."""
     r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
     rc = c if cand.resid_chain is None else cand.resid_chain[i]
@@ -115,7 +115,6 @@ def _assess(cand, i, y, c, mcse, floor):
         # With it the SV summary error went 0.255 -> 0.12 of MC's; the MCMC coverage grid and a
         # two-speed target (slow residual left by the CV, tests/test_confidently_wrong.py) kept
         # their coverage.
-        sd_y = np.std(y)
         if sd_y > 0:
             se_held = min(se_held, mcse * np.std(r) / sd_y)
     vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
@@ -169,13 +168,14 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc, mcse = float(np.mean(y)), mcse_mean(y, c)
         floor = roundoff_floor(y)
+        sd_y = float(np.std(y))
         tried = []
         for cand in candidates:
             i = cand.index_of(j)
             if i is None or not np.isfinite(cand.estimate[i]):
                 continue
-            tried.append(_assess(cand, i, y, c, mcse, floor))
-        if np.std(y) == 0.0:  # a constant integrand is known exactly
+            tried.append(_assess(cand, i, sd_y, c, mcse, floor))
+        if sd_y == 0.0:  # a constant integrand is known exactly
             rec = (mc, floor, "mc", np.inf, True, np.nan, None, y - mc)
         elif not tried:
             rec = (mc, mcse, "mc", 1.0, True, np.nan, None, y - mc)
