@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from chains import ar1_chain
 from example_modules import load_example
 
 import pymc_cv
@@ -118,14 +119,6 @@ def test_repeated_draws_do_not_make_the_se_overconfident():
     assert np.mean(covered) >= 0.85  # measured 0.97 (0.93 on the same draws without repeats)
 
 
-def _ar1(rng, n, rho):
-    z = np.empty(n)
-    z[0] = rng.normal()
-    for t in range(1, n):
-        z[t] = rho * z[t - 1] + np.sqrt(1 - rho**2) * rng.normal()
-    return z
-
-
 def test_a_slow_residual_left_by_the_cv_is_covered():
     # the CV removes the fast, dominant part (5 x1, iid) and leaves a slow one (0.3 |x2|, AR(1)
     # 0.95): the residuals mix far worse than the integrand.  An se taken at the integrand's ESS
@@ -133,7 +126,7 @@ def test_a_slow_residual_left_by_the_cv_is_covered():
     rng = np.random.default_rng(0)
     n, truth, covered = 1000, 0.3 * np.sqrt(2 / np.pi), []
     for _ in range(60):
-        X = np.vstack([np.column_stack([rng.normal(size=n), _ar1(rng, n, 0.95)]) for _ in range(2)])
+        X = np.vstack([np.column_stack([rng.normal(size=n), ar1_chain(rng, n, 0.95)]) for _ in range(2)])
         f = 5 * X[:, 0] + 0.3 * np.abs(X[:, 1])
         res = pymc_cv.cv_estimate(f, X, -X, chain=np.repeat([0, 1], n), method="zv1")
         covered.append(abs(res.estimate - truth) <= 2 * res.se)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from chains import ar1_chain
 
 import pymc_cv
 
@@ -117,11 +118,7 @@ def test_mcmc_chain_labels_use_block_folds_and_arviz_ess():
     # AR(1) chains targeting N(0, 1): the MC se must account for autocorrelation
     rng = np.random.default_rng(2)
     n, rho = 400, 0.9
-    x = np.empty((2, n))
-    for c in range(2):
-        x[c, 0] = rng.normal()
-        for i in range(1, n):
-            x[c, i] = rho * x[c, i - 1] + np.sqrt(1 - rho**2) * rng.normal()
+    x = np.stack([ar1_chain(rng, n, rho) for _ in range(2)])
     xs = x.reshape(-1, 1)
     chain = np.repeat([0, 1], n)
     f = xs[:, 0] ** 2
