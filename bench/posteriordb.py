@@ -1,0 +1,160 @@
+"""`summary` on real posteriors (the Stan posterior database), with default arguments, against Stan.
+
+For each posterior, in its own subprocess with a time limit: build with PyStan, sample 4 x 1,000
+after 1,000 warm-up iterations (fixed seed), ``pymc_cv.from_pystan``, ``pymc_cv.summary`` with
+defaults and ``az.summary``, each timed in that process.  Errors are against the precise
+references of bench/data/posteriordb/ (made by bench/posteriordb_reference.py).
+
+Columns: d (unconstrained parameters), rows, Stan sampling seconds (warm-up included, build not),
+``from_pystan`` and ``summary`` seconds and their ratios to Stan's, the methods chosen; "told": rows
+whose MCMC error is above 3 reference MCSE (only these enter the error ratios, since on the others
+the reference cannot tell); median and worst |CV error| / |MCMC error| over told rows; 2-se
+coverage of the CV intervals (CV se and reference MCSE combined) over all rows; "far": rows more
+than 4 combined se off, and how many of those were flagged ``se_reliable=False``; flagged rows;
+"precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.
+
+Usage: python bench/posteriordb.py [PDB] [NAME ...]
+       PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
+       (default: the set in bench/posteriordb_set.py).  PDB_TIMEOUT: seconds per posterior (default 1800).
+Run it alone on the machine: timings next to other heavy jobs are not comparable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+
+REF_DIR = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
+SEED = 1
+
+
+def _reference(name):
+    path = os.path.join(REF_DIR, f"{name}.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"No reference for {name} in {REF_DIR}: run python bench/posteriordb_reference.py first.")
+    with open(path) as fh:
+        return json.load(fh)["rows"]
+
+
+def _errors(table, ref):
+    ratios, covered, far, far_flagged, precise = [], [], 0, 0, []
+    for lab in table.index:
+        r = ref[lab]
+        mc_err = abs(table.loc[lab, "mean"] - r["mean"])
+        cv_err = abs(table.loc[lab, "cv_mean"] - r["mean"])
+        combined = np.hypot(table.loc[lab, "cv_mcse"], r["mcse"])
+        covered.append(cv_err <= 2 * combined)
+        if cv_err > 4 * combined:
+            far += 1
+            far_flagged += not table.loc[lab, "se_reliable"]
+        if np.isfinite(table.loc[lab, "mcse_mean"]) and table.loc[lab, "mcse_mean"] > 0:
+            precise.append(r["mcse"] < 0.1 * table.loc[lab, "mcse_mean"])
+        if mc_err > 3 * r["mcse"]:
+            ratios.append(cv_err / mc_err)
+    return {"told": len(ratios), "median": float(np.median(ratios)) if ratios else float("nan"),
+            "worst": float(np.max(ratios)) if ratios else float("nan"), "coverage": float(np.mean(covered)),
+            "far": far, "far_flagged": far_flagged, "precise": float(np.mean(precise)) if precise else float("nan")}
+
+
+def run_one(pdb, name):
+    """Every number of one posterior's table row (runs in the subprocess)."""
+    warnings.simplefilter("ignore")
+    import arviz as az
+    import stan
+
+    import posteriordb_set as pset
+    import pymc_cv
+
+    ref = _reference(name)
+    p = pset.load(pdb, name)
+    with contextlib.redirect_stdout(sys.stderr):
+        posterior = stan.build(p.code, data=p.data, random_seed=SEED)
+        t0 = time.perf_counter()
+        fit = posterior.sample(num_chains=4, num_samples=1000, num_warmup=1000)
+        t_stan = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    idata = pymc_cv.from_pystan(fit, posterior)
+    t_convert = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    table = pymc_cv.summary(idata, progressbar=False)
+    t_summary = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    az.summary(idata)
+    t_az = time.perf_counter() - t0
+    divergent = int(np.sum(np.asarray(fit["divergent__"])))
+    return {"name": name, "d": int(idata["score"]["unconstrained"].shape[-1]), "rows": len(table),
+            "stan": t_stan, "convert": t_convert, "summary": t_summary, "az": t_az,
+            "methods": table["method"].value_counts().to_dict(), "flagged": int((~table["se_reliable"]).sum()),
+            "divergent": divergent, **_errors(table, ref)}
+
+
+def _in_subprocess(pdb, name, timeout):
+    cmd = [sys.executable, __file__, "--one", pdb, name]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"name": name, "error": f"no result in {timeout:.0f} s"}
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["(no message)"])[-1]
+        return {"name": name, "error": f"exit {out.returncode}: {last[:200]}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+HEADER = ("| posterior | d | rows | Stan s | from_pystan s | summary s | from_pystan / Stan | summary / Stan | methods "
+          "| told | median CV/MCMC error | worst | 2-se coverage | far (flagged) | flagged | divergent | precise |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def line(r):
+    if "error" in r:
+        return f"| {r['name']} | {r.get('error')} |" + " |" * 15
+    meth = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items(), key=lambda kv: -kv[1]))
+    return (f"| {r['name']} | {r['d']} | {r['rows']} | {r['stan']:.1f} | {r['convert']:.1f} | {r['summary']:.1f} "
+            f"| {r['convert'] / r['stan']:.2f} | {r['summary'] / r['stan']:.2f} | {meth} | {r['told']} "
+            f"| {r['median']:.3f} | {r['worst']:.3f} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
+            f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} |")
+
+
+def overall(results):
+    ok = [r for r in results if "error" not in r]
+    if not ok:
+        return "no posterior gave a result"
+    rows = sum(r["rows"] for r in ok)
+    cov = sum(r["coverage"] * r["rows"] for r in ok) / rows
+    medians = [r["median"] for r in ok if np.isfinite(r["median"])]
+    ratio = [r["summary"] / r["stan"] for r in ok]
+    return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows; 2-se coverage {cov:.1%}; "
+            f"median of per-posterior median CV/MCMC error {np.median(medians):.3f}; "
+            f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
+            f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}")
+
+
+def main():
+    args = sys.argv[1:]
+    if args and args[0] == "--one":
+        print(json.dumps(run_one(args[1], args[2])))
+        return
+    import posteriordb_set as pset
+
+    pdb = args.pop(0) if args and os.path.isdir(args[0]) else pset.DEFAULT_PDB
+    names = args or pset.NAMES
+    timeout = float(os.environ.get("PDB_TIMEOUT", 1800))
+    results = []
+    for name in names:
+        results.append(_in_subprocess(pdb, name, timeout))
+        print(line(results[-1]), flush=True)
+    print("\n4 chains x 1,000 draws after 1,000 warm-up (PyStan), pymc_cv.summary with defaults\n")
+    print(HEADER)
+    print("\n".join(line(r) for r in results))
+    print("\n" + overall(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Precise references for the posteriordb bench: long Stan runs, kept in bench/data/posteriordb/.
+
+For each posterior: PyStan (the same build the bench uses), 4 chains after 1,000 warm-up
+iterations, as many draws per chain as ``REF_DRAWS`` (default 250,000) or as fit in
+``REF_SECONDS`` of sampling (default 600, judged from a 4 x 1,000 pilot), all kept (no thinning).
+Per row of ``pymc_cv.summary``'s table (every parameter, transformed parameter and generated
+quantity, labelled as ArviZ labels them): the mean, its MCSE (ArviZ, over the 4 chains), the sd,
+the bulk ESS, and the MCSE a 4 x 1,000 run of the same sampler has (from the pilot), so that the
+bench can say on which rows the reference is precise enough to tell a CV error of 0.1x MCMC's.
+Each row is checked against posteriordb's own reference draws: z = difference / combined MCSE.
+
+Usage: python bench/posteriordb_reference.py [PDB] [NAME ...]
+       PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
+       (default: the whole set of bench/posteriordb_set.py).  Writes bench/data/posteriordb/NAME.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+
+import numpy as np
+
+warnings.simplefilter("ignore")
+
+import arviz as az  # noqa: E402
+import stan  # noqa: E402
+
+import posteriordb_set as pset  # noqa: E402
+from pymc_cv import compat  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
+PILOT_DRAWS = 1000
+SEED = 20261126
+
+
+def _sample(p, draws, seed):
+    """A fit of 4 chains and its sampling seconds; PyStan takes the seed when it builds (cached)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        posterior = stan.build(p.code, data=p.data, random_seed=seed)
+        t0 = time.perf_counter()
+        fit = posterior.sample(num_chains=4, num_samples=draws, num_warmup=1000)
+        return posterior, fit, time.perf_counter() - t0
+
+
+def _row_arrays(fit, posterior):
+    """{label: (chain, draw) array} of every scalar row, labelled as summary labels them."""
+    post = compat.group(compat.pystan_posterior(fit, posterior), "posterior")
+    labeller = compat.labeller()
+    return {labeller.make_label_flat(name, sel, isel): np.asarray(values, dtype=float)
+            for name, sel, isel, values in compat.var_iter(post, list(post.data_vars))}
+
+
+def _mcse(values):
+    return float(compat.mcse_mean(values)) if np.ptp(values) > 0 else 0.0
+
+
+def make(pdb, name, max_draws, seconds):
+    p = pset.load(pdb, name)
+    posterior, pilot, t_pilot = _sample(p, PILOT_DRAWS, SEED)
+    pilot_rows = _row_arrays(pilot, posterior)
+    # the pilot includes 1,000 warm-up iterations: time per post-warm-up draw is at most t / 2,000
+    per_draw = t_pilot / (PILOT_DRAWS + 1000)
+    draws = int(min(max_draws, max(PILOT_DRAWS, seconds / per_draw)))
+    posterior, fit, t_long = _sample(p, draws, SEED + 1)
+    rows = {}
+    for label, values in _row_arrays(fit, posterior).items():
+        rows[label] = {
+            "mean": float(values.mean()), "mcse": _mcse(values), "sd": float(values.std()),
+            "ess_bulk": float(compat.ess_mean(values)) if np.ptp(values) > 0 else float("nan"),
+            "mcse_4x1000": _mcse(pilot_rows[label]),
+        }
+    check = {}
+    if p.reference_draws is not None:
+        theirs = pset.reference_draw_moments(p.reference_draws)
+        for label, row in rows.items():
+            key = pset.stan_name(label)
+            if key in theirs:
+                m, se = theirs[key]
+                combined = np.hypot(se, row["mcse"])
+                check[label] = {"posteriordb_mean": m, "posteriordb_mcse": se,
+                                "z": float((row["mean"] - m) / combined) if combined > 0 else 0.0}
+    return {
+        "name": name,
+        "how": {
+            "sampler": f"PyStan {stan.__version__} NUTS, defaults", "chains": 4, "warmup": 1000,
+            "draws_per_chain": draws, "seed": SEED + 1, "sampling_seconds": round(t_long, 1),
+            "pilot": f"4 x {PILOT_DRAWS} draws, seed {SEED}, {t_pilot:.1f} s (gives mcse_4x1000)",
+            "arviz": az.__version__, "python": platform.python_version(),
+            "date": datetime.date.today().isoformat(),
+        },
+        "rows": rows,
+        "posteriordb_check": check,
+    }
+
+
+def describe(ref):
+    rows = ref["rows"].values()
+    ratio = np.array([r["mcse"] / r["mcse_4x1000"] for r in rows if r["mcse_4x1000"] > 0])
+    z = np.array([abs(c["z"]) for c in ref["posteriordb_check"].values()])
+    far = [lab for lab, c in ref["posteriordb_check"].items() if abs(c["z"]) > 4]
+    return (f"| {ref['name']} | {len(ref['rows'])} | {ref['how']['draws_per_chain']} | {ref['how']['sampling_seconds']} "
+            f"| {np.median(ratio):.3f} | {np.mean(ratio < 0.1):.0%} | {len(z)} | {np.max(z, initial=0):.2f} "
+            f"| {np.mean(z <= 2):.0%} | {', '.join(far) or '-'} |")
+
+
+HEADER = ("| posterior | rows | draws / chain | s | median ref mcse / 4x1000 mcse | rows below 0.1 "
+          "| rows in posteriordb | max abs z | abs z <= 2 | abs z > 4 |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main():
+    args = sys.argv[1:]
+    pdb = args.pop(0) if args and os.path.isdir(args[0]) else pset.DEFAULT_PDB
+    names = args or pset.NAMES
+    max_draws = int(os.environ.get("REF_DRAWS", 250_000))
+    seconds = float(os.environ.get("REF_SECONDS", 600))
+    os.makedirs(OUT, exist_ok=True)
+    lines = []
+    for name in names:
+        ref = make(pdb, name, max_draws, seconds)
+        with open(os.path.join(OUT, f"{name}.json"), "w") as fh:
+            json.dump(ref, fh, indent=1)
+        lines.append(describe(ref))
+        print(lines[-1], flush=True)
+    print("\n" + HEADER + "\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

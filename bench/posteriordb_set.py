@@ -1,0 +1,87 @@
+"""The posteriordb posteriors the benches run on, read from a posteriordb checkout.
+
+``PDB`` is the root of a checkout of the Stan posterior database (or the copy in
+``../shared/data/posteriordb/``): the folder that holds ``posterior_database/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+# issue 27's set; diamonds last, since Stan takes minutes to sample it
+NAMES = [
+    "arK-arK", "garch-garch11", "hmm_example-hmm_example", "bball_drive_event_0-hmm_drive_0",
+    "eight_schools-eight_schools_noncentered", "gp_pois_regr-gp_regr", "gp_pois_regr-gp_pois_regr",
+    "hudson_lynx_hare-lotka_volterra", "low_dim_gauss_mix-low_dim_gauss_mix", "kidiq-kidscore_momiq",
+    "kidiq-kidscore_interaction", "earnings-earn_height", "earnings-logearn_interaction", "mesquite-logmesquite",
+    "nes2000-nes", "sblrc-blr", "kilpisjarvi_mod-kilpisjarvi", "diamonds-diamonds",
+]
+
+DEFAULT_PDB = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "posteriordb")
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """One posterior: its name, Stan program, data, and posteriordb's reference draws (or None)."""
+
+    name: str
+    code: str
+    data: dict
+    reference_draws: list | None
+
+
+def _root(pdb):
+    root = os.path.join(pdb, "posterior_database")
+    if not os.path.isdir(root):
+        raise SystemExit(f"{pdb} has no posterior_database/ folder: pass the root of a posteriordb checkout "
+                         f"(e.g. {os.path.normpath(DEFAULT_PDB)}).")
+    return root
+
+
+def _read_zipped_json(path):
+    with zipfile.ZipFile(path) as zf:
+        (inner,) = [n for n in zf.namelist() if n.endswith(".json")]
+        return json.loads(zf.read(inner))
+
+
+def load(pdb, name):
+    """The :class:`Posterior` ``name`` of the posteriordb at ``pdb``."""
+    root = _root(pdb)
+    with open(os.path.join(root, "posteriors", f"{name}.json")) as fh:
+        info = json.load(fh)
+    with open(os.path.join(root, "models", "stan", f"{info['model_name']}.stan")) as fh:
+        code = fh.read()
+    data = _read_zipped_json(os.path.join(root, "data", "data", f"{info['data_name']}.json.zip"))
+    ref = info.get("reference_posterior_name")
+    draws = None
+    if ref:
+        path = os.path.join(root, "reference_posteriors", "draws", "draws", f"{ref}.json.zip")
+        if os.path.exists(path):
+            draws = _read_zipped_json(path)
+    return Posterior(name, code, data, draws)
+
+
+def reference_draw_moments(draws):
+    """{Stan name: (mean, mcse)} of posteriordb's reference draws (a list of chains, each a dict of
+    1-based names to thinned draws), the mcse by ArviZ over those chains."""
+    from pymc_cv import compat
+
+    out = {}
+    for key in draws[0]:
+        arr = np.array([chain[key] for chain in draws], dtype=float)
+        mcse = compat.mcse_mean(arr) if np.ptp(arr) > 0 else 0.0
+        out[key] = (float(arr.mean()), mcse)
+    return out
+
+
+def stan_name(label):
+    """Stan's 1-based name of an ArviZ row label: ``theta[0]`` -> ``theta[1]``, ``L[0, 1]`` -> ``L[1,2]``."""
+    if "[" not in label:
+        return label
+    base, idx = label[:-1].split("[", 1)
+    return f"{base}[{','.join(str(int(i) + 1) for i in idx.split(','))}]"
