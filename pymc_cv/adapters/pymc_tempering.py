@@ -99,8 +99,10 @@ def loglik_terms(model, compile_kwargs=None):
     loglik = model.logp(vars=model.observed_RVs, sum=True)
     logprior = model.logp(vars=model.free_RVs, jacobian=True, sum=True)
     values = model.value_vars
-    g_lik = pt.grad(loglik, values)
-    g_prior = pt.grad(logprior, values)
+    # a hyperparameter enters only the prior (and a parameter with a flat prior only the
+    # likelihood): its gradient there is zero, not an error
+    g_lik = pt.grad(loglik, values, disconnected_inputs="ignore")
+    g_prior = pt.grad(logprior, values, disconnected_inputs="ignore")
     inputs = {v: _batch_input(v) for v in values}
     k = len(values)
     compiled = []
