@@ -20,8 +20,8 @@ import numpy as np
 
 __all__ = [
     "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
-    "ess_mean", "mcse_mean", "rhat", "psis_khat", "labeller", "var_iter", "from_cmdstanpy", "pystan_posterior",
-    "setup_step",
+    "ess_mean", "ess_bulk", "rhats", "mcse_mean", "rhat", "psis_khat", "labeller", "var_iter", "from_cmdstanpy",
+    "pystan_posterior", "setup_step",
 ]
 
 
@@ -119,22 +119,38 @@ def _array_stats():
     return array_stats
 
 
-def ess_mean(ary):
-    """ESS of the mean over the last two axes (chain, draw) of ``ary``; leading axes are kept."""
+def _diagnostic(ary, name, **kwargs):
+    """ArviZ's ``name`` ("ess" or "rhat") over the last two axes (chain, draw); leading axes kept."""
     ary = np.asarray(ary, dtype=float)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return np.asarray(_array_stats().ess(ary, method="mean"), dtype=float)
+            return np.asarray(getattr(_array_stats(), name)(ary, **kwargs), dtype=float)
         import arviz as az
 
+        fn = getattr(az, name)
         if ary.ndim == 2:
-            return np.asarray(az.ess(ary, method="mean"), dtype=float)
+            return np.asarray(fn(ary, **kwargs), dtype=float)
         lead = ary.shape[:-2]
-        # az.ess on a Dataset wants (chain, draw, ...) per variable
+        # ArviZ 0.x on a Dataset wants (chain, draw, ...) per variable
         flat = np.moveaxis(ary.reshape((-1,) + ary.shape[-2:]), 0, -1)
-        ess = az.ess(az.convert_to_dataset(flat), method="mean")["x"].values
-        return np.asarray(ess, dtype=float).reshape(lead)
+        out = fn(az.convert_to_dataset(flat), **kwargs)["x"].values
+        return np.asarray(out, dtype=float).reshape(lead)
+
+
+def ess_mean(ary):
+    """ESS of the mean over the last two axes (chain, draw) of ``ary``; leading axes are kept."""
+    return _diagnostic(ary, "ess", method="mean")
+
+
+def ess_bulk(ary):
+    """ArviZ's bulk ESS (rank-normalised) over the last two axes (chain, draw); leading axes kept."""
+    return _diagnostic(ary, "ess", method="bulk")
+
+
+def rhats(ary):
+    """ArviZ's rank-normalised split R-hat over the last two axes (chain, draw); leading axes kept."""
+    return _diagnostic(ary, "rhat", method="rank")
 
 
 def mcse_mean(ary):

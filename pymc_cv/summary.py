@@ -10,6 +10,7 @@ import numpy as np
 
 from . import compat
 from .cluster import check_client
+from .convergence import divergence_note, row_convergence
 from .core import cv_estimate, vvcv_estimate
 from .core.score_check import apply_stein_check
 from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
@@ -55,18 +56,37 @@ def _variable_rows(idata, var_names):
 def _dataset_rows(post, var_names, internal=frozenset()):
     """[(label, values (chain, draw))] for every scalar element of ``var_names`` in ``post``."""
     available = [v for v in post.data_vars if v not in internal]
-    if var_names is None:
-        var_names = available
-    elif isinstance(var_names, str):
-        var_names = [var_names]
-    missing = [v for v in var_names if v not in post.data_vars]
-    if missing:
-        raise ValueError(f"var_names {missing} are not in the posterior; it holds {available}.")
+    var_names = _selected_names(var_names, available, post)
     labeller = compat.labeller()
     rows = []
     for name, sel, isel, values in compat.var_iter(post, var_names):
-        rows.append((labeller.make_label_flat(name, sel, isel), np.asarray(values, dtype=float)))
+        label = labeller.make_label_flat(name, sel, isel)
+        rows.append((label, _real(label, values)))
     return rows
+
+
+def _selected_names(var_names, available, post):
+    """``var_names`` as az.summary reads it: None for all, names, or all but the "~name" ones."""
+    if var_names is None:
+        return available
+    names = [var_names] if isinstance(var_names, str) else list(var_names)
+    if not names:
+        raise ValueError("var_names=[] selects nothing; pass None for every variable, or name some.")
+    negated = [v[1:] for v in names if v.startswith("~")]
+    if negated and len(negated) != len(names):
+        raise ValueError(f"var_names={names} mixes names and '~name' exclusions; use one kind, as az.summary does.")
+    wanted = negated or names
+    missing = [v for v in wanted if v not in post.data_vars]
+    if missing:
+        raise ValueError(f"var_names {missing} are not in the posterior; it holds {available}.")
+    return [v for v in available if v not in negated] if negated else names
+
+
+def _real(label, values):
+    if np.iscomplexobj(values):
+        raise ValueError(f"'{label}' is complex; summarise its real and imaginary parts as two integrands "
+                         "(np.real, np.imag).")
+    return np.asarray(values, dtype=float)
 
 
 def _integrand_rows(idata, integrands, n_chain, n_draw):
@@ -76,7 +96,7 @@ def _integrand_rows(idata, integrands, n_chain, n_draw):
     for name, fn in integrands.items():
         if not callable(fn):
             raise ValueError(f"integrands['{name}'] must be a callable taking the posterior variables.")
-        out = np.asarray(fn(post), dtype=float)
+        out = _real(f"integrands['{name}']", fn(post))
         if out.shape[:2] != (n_chain, n_draw):
             raise ValueError(
                 f"integrands['{name}'] returned shape {out.shape}; it must return (chain, draw, ...) "
@@ -130,9 +150,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     var_names : str or list of str, optional
         Posterior variables (free, transformed or deterministic) to summarise; every element
         of a vector/matrix variable is a row.  Default: all of them, unless ``integrands``.
-    model : pymc.Model, optional
+    model : pymc.Model or bambi.Model, optional
         Used to compute the scores when ``data`` does not have them (keyword only, as the
-        second positional argument is ``var_names``, like ``az.summary``).
+        second positional argument is ``var_names``, like ``az.summary``); see
+        :func:`compute_scores`.  A warning when ``data`` already holds scores (they are used).
     integrands : dict of name -> callable, optional
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
@@ -160,7 +181,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         ``support_size``, ...).
     check_scores : bool
         Check the scores against the draws first (see :func:`cv_estimate`): an error when they
-        fail the Stein identities by far, ``se_reliable=False`` and a note when mildly.
+        fail the Stein identities by far, ``se_reliable=False`` and a note when mildly; and, when
+        the scores are computed here, the model's log density against the sampler's record
+        (``check_logp`` of :func:`compute_scores`).
     return_results : bool
         Also return a dict mapping each row label to its ``(CVResult, index)`` (hyperparameters,
         held-out residuals and notes of the fit behind the row).
@@ -215,13 +238,14 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         table, results = _temperature_table(idata, var_names, model, method, B, check_scores, progressbar,
                                             compile_kwargs, options)
         return (table, dict(results)) if return_results else table
-    idata = _with_scores(idata, model, progressbar, compile_kwargs)
+    idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     X, S = stacked_draws_and_scores(idata)
     _check_draws_and_scores(X, S)
     cv_opts, vv_opts = _split_options(options)
     cv_opts["check_scores"] = vv_opts["check_scores"] = False  # checked once, here, with names
-    flagged = _run_wide_checks(idata, X, S, check_scores, per_chain=tasks == "chain")
+    flagged, divergent = _run_wide_checks(idata, X, S, check_scores, per_chain=tasks == "chain")
     rows, groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
+    _warn_unused(method, B, metacv, tasks, groups)
     every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
     settings = (cv_opts, vv_opts, B, metacv, options.get("random_seed", 0), method)
     units = [u for u in _units(tasks, method, rows, groups, every_row) if u[0]]
@@ -233,20 +257,57 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     if tasks != "chain":
         order = {label: i for i, (label, _) in enumerate(every_row)}
         records.sort(key=lambda r: order[r[0]])
+        records, row_notes = _with_convergence(records, every_row, results, divergent)
+        flagged = {"all": flagged, "rows": row_notes}
     table = _table(records, results, flagged)
     return (table, dict(results)) if return_results else table
 
 
-def _with_scores(idata, model, progressbar, compile_kwargs=None):
+def _check_scores_are_of(idata, model):
+    """Scores already in ``idata`` are used; they must be of ``model``'s value variables."""
+    from .adapters.bambi import is_bambi_model, pymc_model
+
+    pm_model = pymc_model(model) if is_bambi_model(model) else model
+    have = sorted(compat.group(idata, UNCONSTRAINED).data_vars)
+    want = sorted(v.name for v in pm_model.value_vars)
+    if have != want:
+        raise ValueError(f"idata already holds scores of the variables {have}, but model= has {want}: those scores "
+                         "are of another model. Pass an idata without the groups 'unconstrained_posterior' and "
+                         "'score' to score this model.")
+
+
+def _warn_unused(method, B, metacv, tasks, groups):
+    """A warning for every argument that nothing in this table uses (nothing is ignored silently)."""
+    joint = tasks == "chain" or any(len(vals) > 1 for _, vals in groups)
+    vv_fitted = tasks == "chain" or (method == "vvcv" and joint)
+    unused = []
+    if method in ("vvcv", "metacv") and not joint:
+        unused.append(f"method={method!r} fits task groups jointly, and this table has none (an integrand with "
+                      "extra dims, or tasks='chain'); its rows are fitted as with method='auto'")
+    if not (isinstance(B, str) and B == "learn") and not vv_fitted:
+        unused.append("B= is the task matrix of a vv-CV (method='vvcv' with task groups, or tasks='chain'); no "
+                      "vv-CV is fitted here, so it is not used")
+    if metacv is not None and not (joint and method == "metacv"):
+        unused.append("metacv= sets up the Meta-CV of method='metacv' on task groups; it is not used here")
+    for note in unused:
+        warnings.warn(note + ".", UserWarning, stacklevel=3)
+
+
+def _with_scores(idata, model, progressbar, compile_kwargs=None, check_logp=True):
     """``idata`` itself when it holds the scores, else a new one with them (``model`` needed)."""
     if {UNCONSTRAINED, SCORE} <= set(compat.group_names(idata)):
+        if model is not None:
+            _check_scores_are_of(idata, model)
+        if compile_kwargs is not None:
+            warnings.warn(f"compile_kwargs= not used: idata already holds the scores (groups '{UNCONSTRAINED}' "
+                          f"and '{SCORE}'), and those are used.", UserWarning, stacklevel=3)
         return idata
     if model is None:
         stacked_draws_and_scores(idata)  # raises, saying how to get the scores
     from .adapters.pymc import compute_scores
 
     return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar,
-                          compile_kwargs=compile_kwargs)
+                          compile_kwargs=compile_kwargs, check_logp=check_logp)
 
 
 def _collect_rows(idata, var_names, integrands, n_chain, n_draw):
@@ -360,9 +421,10 @@ class _RowFitter:
 def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, flags):
     """Every argument of the wrong type is an error naming it, before any work."""
     if not compat.is_inference_data(idata) or "posterior" not in compat.group_names(idata):
+        hint = (" Convert a MultiTrace with pm.to_inference_data(trace, model=model), or sample with "
+                "return_inferencedata=True." if type(idata).__name__ == "MultiTrace" else "")
         raise TypeError("`data` must be the InferenceData (DataTree on ArviZ 1) of a fitted model, with a "
-                        "'posterior' group; got "
-                        f"{type(idata).__name__}.")
+                        f"'posterior' group; got {type(idata).__name__}.{hint}")
     names = [var_names] if isinstance(var_names, str) else var_names
     if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(v, str) for v in names)):
         hint = " To pass the model, use summary(idata, model=model)." if hasattr(var_names, "logp") else ""
@@ -370,8 +432,10 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
     if model is not None:
         import pymc as pm
 
-        if not isinstance(model, pm.Model):
-            raise TypeError(f"`model` must be a pymc.Model; got {type(model).__name__}.")
+        from .adapters.bambi import is_bambi_model
+
+        if not (isinstance(model, pm.Model) or is_bambi_model(model)):
+            raise TypeError(f"`model` must be a pymc.Model or a fitted bambi.Model; got {type(model).__name__}.")
     if integrands is not None and not isinstance(integrands, Mapping):
         raise TypeError("`integrands` must be a dict of name -> callable(posterior); got "
                         f"{type(integrands).__name__}.")
@@ -391,17 +455,22 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
 
 
 def _run_wide_checks(idata, X, S, check_scores, per_chain):
-    """Notes that concern every row: divergent transitions and the Stein check of the scores
-    (an error when grossly violated).  Each is also a warning; a non-empty list flags every row."""
+    """Notes that concern every row: many divergent transitions and the Stein check of the scores
+    (an error when grossly violated), each also a warning (a non-empty list flags every row); and
+    the divergent draws (chain, draw) when they are few, for the rows' own check (else None)."""
     notes = []
     n_chain, n_draw, d = X.shape
     stats = compat.group(idata, "sample_stats") if "sample_stats" in compat.group_names(idata) else {}
+    divergent = None
     if "diverging" in stats:
-        n_div = int(np.asarray(stats["diverging"]).sum())
-        if n_div:
-            notes.append(f"{n_div} divergent transition(s): the draws may be biased where the sampler could "
-                         "not go, and control variates cannot remove that bias; every se is marked "
-                         "unreliable. Reparameterise or raise target_accept.")
+        divergent = np.asarray(stats["diverging"].transpose("chain", "draw").values, dtype=bool)
+        note, wide = divergence_note(int(divergent.sum()), divergent.size)
+        # the rows' own check needs the divergent draws aligned with the draws, and one target
+        if note and (wide or per_chain or divergent.shape != (n_chain, n_draw)):
+            notes.append(note)
+            divergent = None
+        elif note:
+            warnings.warn(note, UserWarning, stacklevel=3)
     names = coordinate_labels(idata) if check_scores else None
     if check_scores and per_chain:  # every chain may have a target of its own
         for c in range(n_chain):
@@ -413,7 +482,7 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
         notes += [note] if note else []
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=3)
-    return notes
+    return notes, divergent
 
 
 def _temperature_table(idata, var_names, model, method, B, check_scores, progressbar, compile_kwargs, options):
@@ -456,14 +525,38 @@ def _temperature_table(idata, var_names, model, method, B, check_scores, progres
     return _table(records, results, notes), results
 
 
+def _with_convergence(records, every_row, results, divergent):
+    """``records`` with each row's convergence checks applied (R-hat, bulk ESS, chains that
+    disagree: see :mod:`pymc_cv.convergence`), and the notes of the rows they flagged."""
+    values = dict(every_row)
+    labels = [r[0] for r in records]
+    vals = np.stack([values[lab] for lab in labels])
+    resid = np.stack([np.asarray(results[lab][0].heldout_residuals[results[lab][1]]).reshape(vals.shape[1:])
+                      for lab in labels])
+    conv = row_convergence(vals, resid, divergent)
+    out, notes = [], []
+    for rec, spread, note in zip(records, conv.chain_spread_se, conv.notes):
+        label, mean, mcse, cv_mean, cv_mcse, vr, method, ok = rec
+        if np.isfinite(spread):
+            cv_mcse = max(cv_mcse, float(spread))
+        if note:
+            notes.append(f"{label}: {note}.")
+        out.append((label, mean, mcse, cv_mean, cv_mcse, vr, method, ok and not note))
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=4)
+    return out, notes
+
+
 def _table(records, results, notes):
-    """The DataFrame of ``records``; notes that concern every row flag every row's se."""
+    """The DataFrame of ``records``; notes that concern every row flag every row's se (``notes``
+    a list of those, or {"all": those, "rows": notes of single rows, already applied})."""
     import pandas as pd
 
+    wide, rows = (notes["all"], notes["rows"]) if isinstance(notes, dict) else (notes, [])
     table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
     table.index.name = None
-    if notes:
+    if wide:
         table["se_reliable"] = False
     table.attrs["cv_results"] = results
-    table.attrs["notes"] = notes
+    table.attrs["notes"] = list(wide) + list(rows)
     return table

@@ -36,3 +36,13 @@ def test_readme_stan_example():
     namespace = {}
     exec(compile(_example("Use with Stan"), "README.md (Stan)", "exec"), namespace)
     _check(namespace["table"])
+
+
+def test_readme_bambi_example():
+    pytest.importorskip("bambi")
+    namespace = {}
+    exec(compile(_example("Samplers, Bambi, and the checks before any fit"), "README.md (Bambi)", "exec"), namespace)
+    table = namespace["table"]
+    assert list(table.index) == ["Intercept", "x"]
+    assert table["se_reliable"].all()
+    assert np.all(np.abs(table["cv_mean"] - table["mean"]) < 4 * table["mcse_mean"])

@@ -69,8 +69,9 @@ def test_pystan_scores_match_pymc_and_cvs_beat_mcmc():
     assert np.mean(errs) <= 0.3 * np.mean(errs_mc)
 
 
-def _write_cmdstan_csv(path, names, draws, chain_id):
-    """Stan CSV as CmdStan writes it (the header lines cmdstanpy.from_csv reads)."""
+def _write_cmdstan_csv(path, names, draws, chain_id, lp):
+    """Stan CSV as CmdStan writes it (the header lines cmdstanpy.from_csv reads), with the log
+    density ``lp`` Stan recorded at each draw."""
     n = draws.shape[0]
     lines = [
         "# stan_version_major = 2", "# stan_version_minor = 36", "# stan_version_patch = 0",
@@ -90,8 +91,8 @@ def _write_cmdstan_csv(path, names, draws, chain_id):
         "# Adaptation terminated", "# Step size = 0.8", "# Diagonal elements of inverse mass matrix:",
         "# " + ", ".join(["1"] * len(names)),
     ]
-    for row in draws:
-        lines.append(",".join(["-10", "0.9", "0.8", "2", "3", "0", "10"] + [repr(float(v)) for v in row]))
+    for row, lp_row in zip(draws, lp):
+        lines.append(",".join([repr(float(lp_row)), "0.9", "0.8", "2", "3", "0", "10"] + [repr(float(v)) for v in row]))
     lines += ["# ", "#  Elapsed Time: 0.01 seconds (Warm-up)", "#                0.01 seconds (Sampling)",
               "#                0.02 seconds (Total)", "# "]
     path.write_text("\n".join(lines) + "\n")
@@ -110,7 +111,7 @@ def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
     for c in range(2):
         draws = np.column_stack([post[n].values[c] for n in names])
         files.append(tmp_path / f"chain-{c + 1}.csv")
-        _write_cmdstan_csv(files[-1], names, draws, c + 1)
+        _write_cmdstan_csv(files[-1], names, draws, c + 1, ref.sample_stats["lp"].values[c])
     csv_fit = cmdstanpy.from_csv([str(f) for f in files])
     idata = pymc_cv.from_cmdstanpy(csv_fit, model=str(PROGRAM), data=DATA)
     assert "CmdStan's log_prob not used" in idata.score.attrs["score_backend"]
@@ -121,6 +122,11 @@ def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
     assert abs(table.loc["p", "cv_mean"] - TRUTH["p"]) < 3 * table.loc["p", "cv_mcse"] + 1e-6
     with pytest.raises(ValueError, match="needs the Stan program"):
         pymc_cv.from_cmdstanpy(csv_fit)
+    # the same program with other data: Stan's recorded lp__ says the draws were not sampled from it
+    from pymc_cv.core.density_check import DrawsModelMismatchError
+
+    with pytest.raises(DrawsModelMismatchError, match="not the points Stan visited"):
+        pymc_cv.from_cmdstanpy(csv_fit, model=str(PROGRAM), data={**DATA, "y": [0.0, 2.0, 3.5]})
 
 
 @pytest.mark.slow

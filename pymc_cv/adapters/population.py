@@ -258,7 +258,7 @@ def _to_inference_data(model, t, runs, compile_kwargs):
     value_vars = model.value_vars
     values = {v.name: np.stack([np.stack([[p[k][v.name] for k in range(w)] for p in run["points"]])
                                 for run in runs]) for v in value_vars}  # (chain, draw, temperature, ...)
-    dims, coords = _dims_and_coords(model)
+    dims, coords = _dims_and_coords(model, model.eval_rv_shapes())
     pop = dict(values)
     pop["loglik"] = np.stack([np.stack(run["loglik"]) for run in runs])
     pop["diverging"] = np.stack([np.array(run["diverging"]) for run in runs])
@@ -318,7 +318,7 @@ def population_draws(idata, model=None, compile_kwargs=None):
     post_dims = {name: list(d) for name, d in model.named_vars_to_dims.items() if name in names and d
                  and all(x is not None for x in d)}
     coords = {k: list(v) for k, v in model.coords.items() if v is not None}
-    coords.update(_dims_and_coords(model)[1])
+    coords.update(_dims_and_coords(model, model.eval_rv_shapes())[1])
     posteriors = []
     for k in range(w):
         sl = slice(k * n, (k + 1) * n)

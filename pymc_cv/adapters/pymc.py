@@ -120,16 +120,18 @@ def _forward_transform_fn(model, compile_kwargs):
 
 
 def _score_fn(model, compile_kwargs):
-    """Compiled batched gradient of the joint log density w.r.t. the value variables."""
+    """Compiled batched joint log density (Jacobian included) and its gradient w.r.t. the value
+    variables: one call gives [logp (m,), *grads]."""
     import pytensor.tensor as pt
 
     logp = model.logp(jacobian=True)
     grads = pt.grad(logp, model.value_vars)
     inputs = {v: _batch_input(v) for v in model.value_vars}
     try:
-        return _batched([inputs[v] for v in model.value_vars], grads, inputs, compile_kwargs), True
+        return _batched([inputs[v] for v in model.value_vars], [logp, *grads], inputs, compile_kwargs), True
     except Exception:  # an Op without a batched form: fall back to one call per draw
-        return model.compile_dlogp(jacobian=True, **compile_kwargs), False
+        return (model.compile_logp(jacobian=True, **compile_kwargs),
+                model.compile_dlogp(jacobian=True, **compile_kwargs)), False
 
 
 def _check_draws_match(post, model, shapes):
@@ -158,15 +160,18 @@ def _flat(post, name, n):
     return arr.reshape((n,) + arr.shape[2:])
 
 
-def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=True, compile_kwargs=None):
+def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=True, compile_kwargs=None,
+                   check_logp=True):
     """Add the unconstrained draws and the scores of ``model`` at every posterior draw.
 
     Parameters
     ----------
     idata : arviz.InferenceData
         Output of ``pm.sample()`` (with a ``posterior`` group) for this model.
-    model : pymc.Model, optional
-        Taken from the model context when not given (as ``pm.compute_log_likelihood``).
+    model : pymc.Model or bambi.Model, optional
+        Taken from the model context when not given (as ``pm.compute_log_likelihood``).  For a
+        Bambi model the scores are taken at the draws its sampler made (Bambi rewrites the
+        intercept after sampling when it centres the predictors); the posterior is left as it is.
     extend_inferencedata : bool
         Add the two groups to ``idata`` in place and return it (PyMC's convention); False leaves
         ``idata`` as it is and returns a new InferenceData with its groups and the two new ones.
@@ -175,6 +180,12 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     compile_kwargs : dict, optional
         Passed to ``pytensor.function``; e.g. ``{"mode": "NUMBA"}`` for models with a ``scan``
         (an ODE solver), whose batched form otherwise loops over draws in Python.
+    check_logp : bool
+        Compare the model's log density at the draws with the one the sampler recorded
+        (``sample_stats.lp``, nutpie's ``logp``): equal up to a constant per chain, or a
+        :class:`~pymc_cv.core.density_check.DrawsModelMismatchError` naming the likely cause
+        (draws rewritten after sampling, another model with the same variable names, other
+        data).  Without such a record the Stein check of ``summary`` is the guard.
 
     Returns
     -------
@@ -197,7 +208,10 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     """
     import pymc as pm
 
-    model = pm.modelcontext(model)
+    from . import bambi
+
+    bmb = model if bambi.is_bambi_model(model) else None
+    model = bambi.pymc_model(bmb) if bmb is not None else pm.modelcontext(model)
     _check_model(model)
     compile_kwargs = dict(compile_kwargs or {})
     if not compat.is_inference_data(idata) or "posterior" not in compat.group_names(idata):
@@ -205,6 +219,8 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
                          "by pm.sample().")
     _check_same_data(idata, model)
     post = compat.group(idata, "posterior")
+    if bmb is not None:
+        post = bambi.sampled_posterior(bmb, post)
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     n = n_chain * n_draw
     shapes = model.eval_rv_shapes()
@@ -218,24 +234,20 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         fwd = None
     else:
         fwd = _forward_transform_fn(model, compile_kwargs)
-        constrained = [_flat(post, rv.name, n) for rv in model.free_RVs]
+        # a float32 model (pytensor.config.floatX) takes float32 input, whatever the sampler stored
+        constrained = [_flat(post, rv.name, n).astype(rv.dtype) for rv in model.free_RVs]
     score_fn, batched = _cached_score_fn(model, compile_kwargs)
     chunks = [slice(i, min(i + _CHUNK, n)) for i in range(0, n, _CHUNK)]
     out_v = [[] for _ in value_vars]
     out_s = [[] for _ in value_vars]
+    out_lp = []
     with progress_bar(progressbar) as bar:
         task = bar.add_task("Scores", completed=0, total=n)
         for sl in chunks:
             vals = fwd(*[c[sl] for c in constrained]) if fwd is not None else [v[sl] for v in values]
             vals = [np.asarray(v, dtype=value_vars[i].dtype) for i, v in enumerate(vals)]
-            if batched:
-                grads = score_fn(*vals)
-            else:
-                sizes = [int(np.prod(shapes[v.name], dtype=int)) for v in value_vars]
-                flat = np.array([score_fn({v.name: vals[i][j] for i, v in enumerate(value_vars)})
-                                 for j in range(sl.stop - sl.start)])
-                grads = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
-                grads = [g.reshape((-1,) + tuple(shapes[v.name])) for g, v in zip(grads, value_vars)]
+            logp, grads = _evaluate(score_fn, batched, vals, value_vars, shapes)
+            out_lp.append(np.asarray(logp, dtype=float))
             for i in range(len(value_vars)):
                 out_v[i].append(vals[i])
                 out_s[i].append(np.asarray(grads[i]))
@@ -244,6 +256,8 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     def regroup(parts, var):
         return np.concatenate(parts).reshape((n_chain, n_draw) + tuple(shapes[var.name]))
 
+    if check_logp:
+        _check_recorded_logp(idata, post, np.concatenate(out_lp).reshape(n_chain, n_draw), model, bmb is not None)
     unconstrained = {v.name: regroup(out_v[i], v) for i, v in enumerate(value_vars)}
     scores = {v.name: regroup(out_s[i], v) for i, v in enumerate(value_vars)}
     bad = sum(int(np.sum(~np.isfinite(s).reshape(n_chain, n_draw, -1).all(axis=2))) for s in scores.values())
@@ -253,20 +267,81 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
             "pymc_cv.summary will refuse them until they are removed or the model is fixed.",
             stacklevel=2,
         )
-    dims, coords = _dims_and_coords(model)
+    dims, coords = _dims_and_coords(model, shapes)
     new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
     if not extend_inferencedata:
         return new
     return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
 
 
-def _dims_and_coords(model):
+def _evaluate(score_fn, batched, vals, value_vars, shapes):
+    """Log density (m,) and gradients (one array per value variable) at m draws."""
+    if batched:
+        logp, *grads = score_fn(*vals)
+        return logp, grads
+    logp_fn, dlogp_fn = score_fn
+    points = [{v.name: vals[i][j] for i, v in enumerate(value_vars)} for j in range(len(vals[0]))]
+    sizes = [int(np.prod(shapes[v.name], dtype=int)) for v in value_vars]
+    flat = np.array([dlogp_fn(p) for p in points])
+    grads = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
+    return (np.array([logp_fn(p) for p in points]),
+            [g.reshape((-1,) + tuple(shapes[v.name])) for g, v in zip(grads, value_vars)])
+
+
+_RECORDED_LOGP = ("lp", "logp")  # PyMC's NUTS and NumPyro; nutpie
+
+
+def _recorded_logp(idata, post):
+    """The sampler's log density of each draw (chain, draw), aligned with ``post``, or None."""
+    if "sample_stats" not in compat.group_names(idata):
+        return None
+    stats = compat.group(idata, "sample_stats")
+    name = next((k for k in _RECORDED_LOGP if k in stats.data_vars), None)
+    if name is None or not {"chain", "draw"} <= set(stats[name].dims) or stats[name].ndim != 2:
+        return None
+    try:
+        rec = stats[name].sel(chain=post["chain"].values, draw=post["draw"].values)
+    except (KeyError, IndexError, ValueError):
+        return None
+    return np.asarray(rec.transpose("chain", "draw").values, dtype=float)
+
+
+def _check_recorded_logp(idata, post, model_logp, model, from_bambi):
+    from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
+
+    recorded = _recorded_logp(idata, post)
+    if recorded is None:
+        return
+    itemsize = min(np.dtype(v.dtype).itemsize for v in model.value_vars)
+    check = check_recorded_logp(model_logp, recorded, itemsize)
+    if check.ok:
+        return
+    causes = ["the posterior was changed after sampling"
+              + ("" if from_bambi else " (Bambi does this to the intercept when it centres the predictors, "
+                 "its default: pass the Bambi model itself, summary(idata, model=bambi_model), not "
+                 "model.backend.model)"),
+              "the model is another one with the same variable names (another prior or likelihood)",
+              "the data were changed (pm.set_data) after sampling"]
+    raise DrawsModelMismatchError(
+        f"The posterior draws are not the points the sampler visited under this model: {check.evidence()}. "
+        "Every control variate would be confidently wrong. Likely causes: "
+        + "; ".join(f"({i}) {c}" for i, c in enumerate(causes, 1))
+        + ". Pass check_logp=False (check_scores=False in summary) only if the sampler's record is known to "
+        "be wrong.")
+
+
+def _dims_and_coords(model, shapes):
     """Dims of each value variable (those of its random variable) and the model's coords."""
     dims = {}
     for value in model.value_vars:
         rv = model.values_to_rvs[value]
         named = model.named_vars_to_dims.get(rv.name)
-        if named and all(dim is not None for dim in named):
+        if not named or any(dim is None for dim in named):
+            continue
+        # a transform may change the length (a simplex of K has K - 1 free coordinates): the
+        # random variable's dims then do not describe the value variable, which keeps ArviZ's own
+        lengths = tuple(len(model.coords[dim]) if model.coords.get(dim) is not None else None for dim in named)
+        if lengths == tuple(shapes[value.name]):
             dims[value.name] = list(named)
     coords = {k: list(v) for k, v in model.coords.items() if v is not None and any(k in d for d in dims.values())}
     return dims, coords

@@ -131,6 +131,26 @@ def _build(stan, program_code, data):
         return stan.build(program_code, data=data)
 
 
+def _check_recorded_logp(density, idata, X, per_chain=16):
+    """Stan's log density at a few draws of every chain against its ``lp__``: equal up to a constant
+    per chain, or the draws and the program are not the pair that was sampled."""
+    from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
+
+    if "sample_stats" not in compat.group_names(idata) or "lp" not in compat.group(idata, "sample_stats"):
+        return
+    recorded = np.asarray(compat.group(idata, "sample_stats")["lp"].transpose("chain", "draw").values, dtype=float)
+    n_chain, n_draw = recorded.shape
+    if X.shape[:2] != (n_chain, n_draw):
+        return
+    at = np.unique(np.linspace(0, n_draw - 1, min(per_chain, n_draw)).astype(int))
+    model = np.array([[density.log_prob(X[c, j]) for j in at] for c in range(n_chain)])
+    check = check_recorded_logp(model, recorded[:, at])
+    if not check.ok:
+        raise DrawsModelMismatchError(
+            f"The fit's draws are not the points Stan visited under this program and data: {check.evidence()}. "
+            "Pass the fit together with the model (stan.build) that sampled it, with the same data.")
+
+
 def _finish(idata, X, G, backend):
     dims = {UNCONSTRAINED_NAME: ["unconstrained_dim"]}
     new = with_cv_groups(idata, {UNCONSTRAINED_NAME: X}, {UNCONSTRAINED_NAME: G}, dims=dims,
@@ -182,6 +202,7 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
     idata = compat.pystan_posterior(fit, posterior, **arviz_kwargs)
     density = _StanDensity(posterior)
     X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
+    _check_recorded_logp(density, idata, X)
     return _finish(idata, X, G, density.backend)
 
 
@@ -260,6 +281,7 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
     density = _StanDensity(_build(stan, code, data))
     X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
+    _check_recorded_logp(density, idata, X)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
 
 

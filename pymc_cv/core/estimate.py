@@ -21,7 +21,7 @@ import numpy as np
 from .finalize import Candidate, finalize
 from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout
-from .kernels import make_kernel
+from .kernels import KERNEL_NAMES, make_kernel
 from .linalg import loo_residuals, restricted_loglik
 from .nystrom import choose_inducing
 from .polynomial import n_polynomial_features
@@ -30,7 +30,7 @@ from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .uncertainty import heavy_tail_note
-from .validation import check_cv_options, check_task
+from .validation import check_cv_options, check_kernel, check_random_seed, check_task
 from .zero_variance import basis_name, zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
@@ -335,6 +335,8 @@ def cv_estimate(
                             exact_max_n=exact_max_n, kernel_max_dim=kernel_max_dim, tune=tune, ard=ard,
                             poly_order=poly_order)
     chain = opts.pop("chain")
+    check_kernel(kernel, KERNEL_NAMES)  # under method="auto" a misspelt kernel would skip every kernel CV
+    check_random_seed(random_seed)
     if client is not None:
         from ..cluster import check_client
 

@@ -117,7 +117,9 @@ def _assess(cand, i, sd_y, c, mcse, floor):
         # their coverage.
         if sd_y > 0:
             se_held = min(se_held, mcse * np.std(r) / sd_y)
-    vr = (mcse / se_held) ** 2 if se_held > 0 else np.inf
+    # below floating-point round-off a held-out se says nothing more: the variance reduction is
+    # inf only for an integrand the CV makes exact to the last bit, not 1e30 for a near-exact fit
+    vr = (mcse / max(se_held, floor)) ** 2 if max(se_held, floor) > 0 else np.inf
     se_model = np.nan if cand.se_model is None else float(cand.se_model[i])
     se = max(combine_se(se_model, se_held, rc), floor)
     # the fold-to-fold spread of the estimate: what the fit's dependence on the draws it saw adds

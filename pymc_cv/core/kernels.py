@@ -380,6 +380,7 @@ def gram_with_contraction(kernel, X, SX):
             np.array([float(np.mean(np.diag(dK))) for dK in grads]))
 
 
+KERNEL_NAMES = ("se", "imq", "precond_se", "polynomial")
 _KERNELS = {
     "se": SquaredExponential,
     "imq": InverseMultiquadric,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["check_task", "check_chain", "check_B", "check_tune_points", "check_cv_options", "check_folds",
-           "check_positive"]
+           "check_positive", "check_random_seed", "check_kernel"]
 
 
 def _as_float(name, a):
+    if np.iscomplexobj(a):
+        raise ValueError(f"`{name}` is complex; estimate the real and imaginary parts as two real integrands "
+                         "(np.real, np.imag): nothing is dropped silently.")
     try:
         arr = np.asarray(a, dtype=float)
     except (TypeError, ValueError):
@@ -98,6 +101,26 @@ def check_folds(folds):
     if isinstance(folds, (bool, np.bool_)) or not isinstance(folds, (int, np.integer)) or folds < 2:
         raise ValueError(f"folds={folds!r}; use an integer >= 2 (held-out blocks per chain, 10 by default).")
     return int(folds)
+
+
+def check_random_seed(random_seed):
+    """Anything ``numpy.random.default_rng`` takes: None, an int, a SeedSequence or a Generator."""
+    if isinstance(random_seed, (str, bytes, float, bool, np.bool_)):
+        raise ValueError(f"random_seed={random_seed!r}; use an int, None or a numpy Generator.")
+    try:
+        np.random.default_rng(random_seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"random_seed={random_seed!r}; use an int, None or a numpy Generator.") from None
+    return random_seed
+
+
+def check_kernel(kernel, names):
+    """A kernel name among ``names`` or a kernel object (with ``gram``)."""
+    if isinstance(kernel, str) and kernel in names:
+        return kernel
+    if not isinstance(kernel, str) and hasattr(kernel, "gram"):
+        return kernel
+    raise ValueError(f"kernel={kernel!r}; use one of {sorted(names)} or a kernel object.")
 
 
 def check_positive(name, value, integer=False, minimum=None):

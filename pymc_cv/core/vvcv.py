@@ -21,7 +21,7 @@ import numpy as np
 from .finalize import Candidate, finalize
 from .heldout import fold_labels, jackknife_bias
 from .kernel_cv import fit_exact_heldout
-from .kernels import make_kernel
+from .kernels import KERNEL_NAMES, make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
@@ -30,7 +30,15 @@ from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood
 from .uncertainty import heavy_tail_note
-from .validation import check_B, check_chain, check_folds, check_task, check_tune_points
+from .validation import (
+    check_B,
+    check_chain,
+    check_folds,
+    check_kernel,
+    check_random_seed,
+    check_task,
+    check_tune_points,
+)
 
 __all__ = ["vvcv_estimate"]
 
@@ -195,6 +203,8 @@ def vvcv_estimate(
         raise ValueError(f"solver={solver!r}; use 'auto', 'shared', 'exact' or 'inducing'.")
     max_tune_points = check_tune_points(max_tune_points)
     folds = check_folds(folds)
+    check_kernel(kernel, KERNEL_NAMES)
+    check_random_seed(random_seed)
     shared = _shared(Xs, Ss)
     score_notes = _score_notes(Xs, Ss, chains, shared) if check_scores else {}
     if solver == "shared" and not shared:

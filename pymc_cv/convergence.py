@@ -1,0 +1,137 @@
+"""Convergence checks per row of a summary: R-hat, bulk ESS, and chains that disagree.
+
+A control variate removes the noise of the draws around the target; it cannot remove what the
+chains got wrong.  Chains stuck in different modes are each locally consistent (the Stein check
+passes in each), and a CV fitted to all of them then reports a tiny se around a mean that no
+chain supports.  So every row is checked as ArviZ would check it (rank-normalised split R-hat
+above 1.01, bulk ESS below 100 per chain), and the chains' own CV estimates are compared: the
+per-chain means of the held-out residuals f - g must agree within their standard errors
+(chi-square over the chains); where they do not, the se is at least the spread of the chains'
+estimates and the row is marked unreliable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from . import compat
+
+__all__ = ["RowConvergence", "row_convergence", "divergence_note", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
+           "DIVERGENT_SHARE_MAX"]
+
+RHAT_MAX = 1.01
+ESS_PER_CHAIN_MIN = 100
+_DISAGREE_LEVEL = 1e-3  # chance level of the chains' chi-square at which they are said to disagree
+# above this share of divergent transitions every row is suspect; below it, the rows whose values
+# at the divergent draws sit in one tail (mean rank |z| > _DIVERGENT_Z, at least 3 divergences)
+DIVERGENT_SHARE_MAX = 0.005
+_DIVERGENT_Z = 3.0
+
+
+@dataclass(frozen=True)
+class RowConvergence:
+    """Per row: ``rhat``, ``ess_bulk``, ``chain_spread_se`` (the se the spread of the chains'
+    estimates allows; NaN where the chains agree) and ``notes`` (one string per row, "" if none)."""
+
+    rhat: np.ndarray
+    ess_bulk: np.ndarray
+    chain_spread_se: np.ndarray
+    notes: list
+
+    @property
+    def reliable(self):
+        return np.array([not n for n in self.notes])
+
+
+def _chain_spread_se(resid):
+    """(rows,): sd of the chains' estimates / sqrt(chains) where the chains disagree, else NaN.
+
+    ``resid`` (rows, chain, draw): held-out residuals f - g (a chain's estimate is the overall one
+    plus its residual mean minus the overall residual mean)."""
+    rows, n_chain, n_draw = resid.shape
+    means = resid.mean(axis=2)
+    sd = resid.std(axis=2, ddof=1)
+    ess = compat.ess_mean(resid.reshape(rows * n_chain, 1, n_draw)).reshape(rows, n_chain)
+    se = sd / np.sqrt(np.clip(ess, 1.0, n_draw))
+    out = np.full(rows, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = 1.0 / se**2
+        pooled = np.sum(w * means, axis=1) / np.sum(w, axis=1)
+        q = np.sum(w * (means - pooled[:, None]) ** 2, axis=1)
+    disagree = np.isfinite(q) & (q > stats.chi2.isf(_DISAGREE_LEVEL, n_chain - 1))
+    out[disagree] = means[disagree].std(axis=1, ddof=1) / np.sqrt(n_chain)
+    return out
+
+
+def divergence_note(n_divergent, n_draws):
+    """The note on divergent transitions (None without any), and whether it concerns every row."""
+    if not n_divergent:
+        return None, False
+    share = n_divergent / n_draws
+    if share > DIVERGENT_SHARE_MAX:
+        return (f"{n_divergent} divergent transitions ({share:.1%} of the draws, above {DIVERGENT_SHARE_MAX:.1%}): "
+                "the draws may be biased where the sampler could not go, and control variates cannot remove "
+                "that bias; every se is marked unreliable. Reparameterise or raise target_accept."), True
+    return (f"{n_divergent} divergent transition(s) ({share:.2%} of the draws): rows whose values at those draws "
+            "sit in one tail are marked unreliable, the others are not. Reparameterise or raise target_accept "
+            "to be sure."), False
+
+
+def _divergence_z(values, divergent):
+    """(rows,): z of the mean rank of the divergent draws among all draws of each row."""
+    flat = values.reshape(values.shape[0], -1)
+    mask = np.asarray(divergent, dtype=bool).reshape(-1)
+    k, n = int(mask.sum()), mask.size
+    ranks = stats.rankdata(flat, axis=1) / (n + 1)
+    return (ranks[:, mask].mean(axis=1) - 0.5) / np.sqrt(1.0 / (12.0 * k))
+
+
+def row_convergence(values, resid, divergent=None):
+    """Convergence of each row of a table.
+
+    Parameters
+    ----------
+    values : array (rows, chain, draw)
+        The rows' integrand values.
+    resid : array (rows, chain, draw)
+        Their held-out residuals (f minus the fitted CV; f minus the mean for MC rows).
+    divergent : array (chain, draw) of bool, optional
+        Divergent transitions, when too few to concern every row (:func:`divergence_note`).
+
+    Returns
+    -------
+    RowConvergence
+    """
+    values = np.asarray(values, dtype=float)
+    rows, n_chain, n_draw = values.shape
+    if n_chain < 2 or n_draw < 4:
+        nan = np.full(rows, np.nan)
+        return RowConvergence(nan, nan, nan, [""] * rows)
+    varying = np.ptp(values.reshape(rows, -1), axis=1) > 0
+    rhat, ess = np.full(rows, np.nan), np.full(rows, np.nan)
+    if varying.any():
+        rhat[varying] = compat.rhats(values[varying])
+        ess[varying] = compat.ess_bulk(values[varying])
+    spread = _chain_spread_se(np.asarray(resid, dtype=float))
+    div_z = np.zeros(rows)
+    if divergent is not None and np.sum(divergent) >= 3:
+        div_z = _divergence_z(values, divergent)
+    notes = []
+    for i in range(rows):
+        parts = []
+        if abs(div_z[i]) > _DIVERGENT_Z:
+            side = "high" if div_z[i] > 0 else "low"
+            parts.append(f"the divergent transitions sit at its {side} values (mean rank z = {div_z[i]:+.1f})")
+        if rhat[i] > RHAT_MAX:
+            parts.append(f"R-hat {rhat[i]:.3f} > {RHAT_MAX}")
+        if ess[i] < ESS_PER_CHAIN_MIN * n_chain:
+            parts.append(f"bulk ESS {ess[i]:.0f} < {ESS_PER_CHAIN_MIN} per chain")
+        if np.isfinite(spread[i]):
+            parts.append(f"the chains' CV estimates disagree beyond their se (se set to their spread, "
+                         f"{spread[i]:.3g})")
+        notes.append("; ".join(parts) + (": the draws may not represent the posterior here, which control "
+                                         "variates cannot correct; the se is marked unreliable" if parts else ""))
+    return RowConvergence(rhat, ess, spread, notes)

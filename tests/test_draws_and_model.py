@@ -1,0 +1,256 @@
+"""The draws and the model must be the pair that was sampled, and the table must say when the
+chains do not describe the posterior: Bambi's rewritten intercept, another model under the same
+names, chains stuck in different modes, few divergences, transforms that change a variable's
+length, float32 models, hyperparameters outside the likelihood, and arguments nothing uses."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import pymc_cv
+from pymc_cv.convergence import divergence_note, row_convergence
+from pymc_cv.core.density_check import DrawsModelMismatchError, check_recorded_logp
+
+pm = pytest.importorskip("pymc")
+
+
+def _sample(model, draws=500, chains=2, seed=1, **kwargs):
+    with model:
+        return pm.sample(draws, tune=500, chains=chains, progressbar=False, random_seed=seed,
+                         compute_convergence_checks=False, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def normal_model():
+    y = np.random.default_rng(0).normal(1.0, 2.0, 50)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        s = pm.HalfNormal("s", 5)
+        pm.Normal("y", mu, s, observed=y)
+    return model, _sample(model), y
+
+
+# -- the sampler's record of the log density ---------------------------------------------------
+
+def test_the_recorded_log_density_allows_a_constant_per_chain_and_nothing_else():
+    lp = np.random.default_rng(0).normal(-500, 3, size=(4, 200))
+    assert check_recorded_logp(lp + np.array([[1.0], [2.0], [3.0], [4.0]]), lp).ok
+    assert check_recorded_logp(lp + 1e-9 * lp, lp).ok  # round-off
+    assert check_recorded_logp(lp + 0.05 * (lp + 500), lp).bad > 100
+    shifted = lp.copy()
+    shifted[2, 17] += 0.5  # one draw rewritten
+    assert check_recorded_logp(shifted, lp).bad == 1
+    assert check_recorded_logp(lp.astype(np.float32) + 0.01, lp, itemsize=4).ok
+
+
+def test_another_prior_under_the_same_names_is_an_error(normal_model):
+    model, idata, y = normal_model
+    with pm.Model() as other:  # issue 28, case 2: the "mild" Stein note let this through
+        mu = pm.Normal("mu", 0, 1)
+        s = pm.HalfNormal("s", 5)
+        pm.Normal("y", mu, s, observed=y)
+    with pytest.raises(DrawsModelMismatchError, match=r"another one with the same variable names"):
+        pymc_cv.summary(idata, model=other, progressbar=False)
+    table = pymc_cv.summary(idata, model=model, progressbar=False)
+    assert table["se_reliable"].all() and table.attrs["notes"] == []
+
+
+def test_rewritten_draws_are_an_error_that_names_bambi(normal_model):
+    model, idata, _ = normal_model
+    moved = idata.copy()
+    moved.posterior["mu"] = moved.posterior["mu"] + 0.1 * moved.posterior["s"]
+    with pytest.raises(DrawsModelMismatchError, match="Bambi"):
+        pymc_cv.compute_scores(moved, model, progressbar=False)
+
+
+def test_model_is_not_silently_ignored_when_the_scores_exist(normal_model):
+    model, idata, _ = normal_model
+    scored = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
+    with pm.Model() as other:
+        pm.Normal("nu", 0, 1)
+    with pytest.raises(ValueError, match=r"scores of the variables \['mu', 's_log__'\], but model= has \['nu'\]"):
+        pymc_cv.summary(scored, model=other, var_names=["mu"], progressbar=False)
+    with pytest.warns(UserWarning, match="compile_kwargs= not used"):
+        pymc_cv.summary(scored, model=model, var_names=["mu"], progressbar=False, compile_kwargs={})
+
+
+# -- Bambi -------------------------------------------------------------------------------------
+
+def _grid_posterior_means(model, post, functions, points=61):
+    """Posterior expectations by quadrature on a grid over the value variables (scalar each;
+    ``post`` holds their draws, for the grid's extent), with the model's own log density (Jacobian
+    included): a reference independent of the draws' noise."""
+    from pymc_cv.adapters.pymc import _cached_score_fn
+
+    fn, _ = _cached_score_fn(model, {})
+    names = [v.name for v in model.value_vars]
+    draws = np.column_stack([np.asarray(post[n]).ravel() for n in names])
+    axes = [np.linspace(m - 8 * s, m + 8 * s, points) for m, s in zip(draws.mean(0), draws.std(0))]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(names))
+    lp = np.concatenate([np.asarray(fn(*[grid[i:i + 50_000, j] for j in range(len(names))])[0])
+                         for i in range(0, len(grid), 50_000)])
+    w = np.exp(lp - lp.max())
+    w /= w.sum()
+    point = {n: grid[:, j] for j, n in enumerate(names)}
+    return {k: float(w @ f(point)) for k, f in functions.items()}
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "gaussian"])
+def test_bambi_default_models_are_right_within_3_se(family):
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    n = 80
+    df = pd.DataFrame({"x": rng.normal(2.0, 1.0, n)})  # a predictor far from 0: centring matters
+    eta = -0.4 + 0.8 * df.x
+    df["y"] = rng.binomial(1, 1 / (1 + np.exp(-eta))) if family == "bernoulli" else eta + rng.normal(0, 1, n)
+    m = bmb.Model("y ~ x", df, family=family)
+    idata = m.fit(draws=500, tune=500, chains=2, random_seed=1, progressbar=False)
+    # the PyMC model behind it, with the draws Bambi rewrote: the record says they were not sampled
+    with pytest.raises(DrawsModelMismatchError, match="pass the Bambi model itself"):
+        pymc_cv.summary(idata, model=m.backend.model, progressbar=False)
+    table = pymc_cv.summary(idata, model=m, progressbar=False)
+    xbar = df.x.mean()
+    scored = pymc_cv.compute_scores(idata, m, extend_inferencedata=False, progressbar=False)
+    truth = _grid_posterior_means(
+        m.backend.model, scored["unconstrained_posterior"],
+        {"Intercept": lambda p: p["Intercept"] - xbar * p["x"], "x": lambda p: p["x"]})
+    for row, value in truth.items():
+        err = abs(table.loc[row, "cv_mean"] - value)
+        # the se may be at round-off (CV exact for linear functions): allow a tolerance of
+        # 1e-6 of the posterior sd, the quadrature's own accuracy
+        assert err <= 3 * table.loc[row, "cv_mcse"] + 1e-6 * np.std(np.asarray(idata.posterior[row])), (row, err)
+        assert err < abs(table.loc[row, "mean"] - value) + 1e-9
+    assert np.asarray(idata.posterior["Intercept"]).mean() == table.loc["Intercept", "mean"]  # left as it was
+
+
+# -- convergence -------------------------------------------------------------------------------
+
+def test_chains_stuck_in_different_modes_are_flagged_and_their_se_reaches_the_spread():
+    # issue 28, case 3: cv_mean 3.7 +- 0.16 against a truth of 1.6 (13 se), unflagged
+    with pm.Model() as model:
+        pm.NormalMixture("x", w=[0.3, 0.7], mu=[-4, 4], sigma=[1, 1])
+    idata = _sample(model, draws=1000, chains=4, initvals=[{"x": -4.0}, {"x": 4.0}, {"x": 4.0}, {"x": 4.0}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = pymc_cv.summary(idata, model=model, progressbar=False,
+                                integrands={"p": lambda post: (np.asarray(post["x"]) > 0).astype(float)},
+                                var_names=["x"])
+    truth = {"x": 0.3 * -4 + 0.7 * 4, "p": 0.7}
+    for row, value in truth.items():
+        err = abs(table.loc[row, "cv_mean"] - value)
+        assert not table.loc[row, "se_reliable"], row
+        assert any(n.startswith(f"{row}: R-hat") for n in table.attrs["notes"]), table.attrs["notes"]
+        assert err <= 3 * table.loc[row, "cv_mcse"] or not table.loc[row, "se_reliable"]
+
+
+def test_the_chains_spread_sets_the_se_only_where_they_disagree():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(2, 4, 500))
+    resid = 0.01 * rng.normal(size=(2, 4, 500))
+    resid[1] += np.array([0.0, 0.0, 0.0, 0.3])[:, None]  # one chain's estimate off by 30 residual sd
+    conv = row_convergence(values, resid)
+    assert np.isnan(conv.chain_spread_se[0]) and conv.notes[0] == ""
+    assert conv.chain_spread_se[1] == pytest.approx(np.std(resid[1].mean(axis=1), ddof=1) / 2)
+    assert "disagree" in conv.notes[1]
+
+
+def test_few_divergences_flag_only_the_rows_where_they_sit():
+    note, wide = divergence_note(1, 4000)  # posteriordb's eight schools: 1 of 4,000
+    assert not wide and "1 divergent" in note
+    assert divergence_note(31, 600)[1]
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(2, 4, 1000))
+    divergent = np.zeros((4, 1000), dtype=bool)
+    order = np.argsort(values[0].ravel())
+    divergent.ravel()[order[:10]] = True  # at the 10 lowest values of row 0, anywhere in row 1
+    conv = row_convergence(values, 0.1 * values, divergent)
+    assert "low values" in conv.notes[0] and conv.notes[1] == ""
+
+
+# -- crashes -----------------------------------------------------------------------------------
+
+def test_transformed_variables_with_dims_of_another_length():
+    # issue 28, case 5: a simplex of 3 has 2 free coordinates, a zero-sum vector of 4 has 3
+    with pm.Model(coords={"cat": ["a", "b", "c"], "g": list("wxyz")}) as model:
+        p = pm.Dirichlet("p", a=np.ones(3), dims="cat")
+        z = pm.ZeroSumNormal("z", dims="g")
+        pm.Multinomial("k", n=30, p=p, observed=[5, 10, 15])
+        pm.Normal("obs", z, 1, observed=[0.5, -0.2, 0.1, -0.4], dims="g")
+    idata = _sample(model)
+    table = pymc_cv.summary(idata, model=model, progressbar=False)
+    # E[p] = (1 + k) / (3 + 30) exactly (Dirichlet-multinomial conjugacy)
+    exact = (1 + np.array([5, 10, 15])) / 33
+    got = table.loc[["p[a]", "p[b]", "p[c]"], "cv_mean"].to_numpy()
+    se = table.loc[["p[a]", "p[b]", "p[c]"], "cv_mcse"].to_numpy()
+    assert np.all(np.abs(got - exact) <= 4 * se + 1e-9)
+
+
+def test_a_float32_model_sampled_by_nutpie():
+    # issue 28, case 6: nutpie's float64 constrained draws went into the float32 transform uncast
+    pytest.importorskip("nutpie")
+    import pytensor
+
+    y = np.random.default_rng(0).normal(1.0, 2.0, 30)
+    with pytensor.config.change_flags(floatX="float32"):
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0, 10)
+            s = pm.HalfNormal("s", 5)
+            pm.Normal("y", mu, s, observed=y)
+        idata = _sample(model, nuts_sampler="nutpie")
+        table = pymc_cv.summary(idata, model=model, progressbar=False)
+    assert table["se_reliable"].all()
+    # float32 scores: the CV is right to float32 precision, not to the float64 round-off
+    assert np.all(np.abs(table["cv_mean"] - table["mean"]) <= 4 * table["mcse_mean"])
+
+
+def test_hyperparameters_outside_the_likelihood_have_zero_likelihood_gradients():
+    from pymc_cv.adapters.pymc_tempering import loglik_terms
+
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(5), 4)
+    x = rng.normal(size=20)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 2)
+        sa = pm.HalfNormal("sa", 1)
+        a = pm.Normal("a", mu, sa, shape=5)
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", a[g] + b * x, 1, observed=rng.normal(size=20))
+    point = model.initial_point()
+    ll, g_lik, g_prior = loglik_terms(model)(*[np.asarray(point[v.name])[None] for v in model.value_vars])
+    names = [v.name for v in model.value_vars]
+    assert names[:2] == ["mu", "sa_log__"]
+    assert np.all(g_lik[0, :2] == 0.0) and np.all(g_lik[0, 2:] != 0.0)
+    # grad log p(x) of mu at the initial point: -mu / 4 + sum(a - mu) / sa^2 = 0 at mu = a = 0
+    assert g_prior[0, 0] == pytest.approx(0.0)
+
+
+# -- arguments nothing uses --------------------------------------------------------------------
+
+def test_silent_arguments_are_errors_or_warnings(normal_model):
+    model, idata, _ = normal_model
+    scored = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
+
+    def run(**kwargs):
+        return pymc_cv.summary(scored, progressbar=False, **kwargs)
+
+    with pytest.raises(ValueError, match="kernel='rbf'"):
+        run(kernel="rbf")
+    with pytest.raises(ValueError, match="random_seed='abc'"):
+        run(random_seed="abc")
+    with pytest.raises(ValueError, match="complex"):
+        run(integrands={"c": lambda post: np.asarray(post["mu"]) * (1 + 1j)})
+    with pytest.raises(ValueError, match=r"var_names=\[\] selects nothing"):
+        run(var_names=[])
+    assert list(run(var_names=["~s"]).index) == ["mu"]
+    with pytest.warns(UserWarning, match="method='vvcv' fits task groups"):
+        run(var_names=["mu"], method="vvcv")
+    with pytest.warns(UserWarning, match="B= is the task matrix"):
+        run(var_names=["mu"], B="identity")
+    with pytest.raises(TypeError, match="pm.to_inference_data"):
+        with model:
+            trace = pm.sample(20, tune=20, chains=1, progressbar=False, return_inferencedata=False,
+                              compute_convergence_checks=False)
+        pymc_cv.summary(trace, progressbar=False)
