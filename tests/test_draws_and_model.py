@@ -254,3 +254,20 @@ def test_silent_arguments_are_errors_or_warnings(normal_model):
             trace = pm.sample(20, tune=20, chains=1, progressbar=False, return_inferencedata=False,
                               compute_convergence_checks=False)
         pymc_cv.summary(trace, progressbar=False)
+
+
+@pytest.mark.slow
+def test_thermodynamic_integration_with_a_hyperparameter_outside_the_likelihood():
+    # issue 28, case 7: DisconnectedInputError from the likelihood's gradient w.r.t. mu.  A linear
+    # Gaussian hierarchy has an exact evidence: y ~ N(0, J + 2 I) (J the matrix of ones)
+    from scipy import stats
+
+    y = np.array([0.8, -0.3, 1.5])
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        a = pm.Normal("a", mu, 1, shape=3)
+        pm.Normal("y", a, 1, observed=y)
+    exact = stats.multivariate_normal(np.zeros(3), np.ones((3, 3)) + 2 * np.eye(3)).logpdf(y)
+    res = pymc_cv.thermodynamic_integration(model, 11, draws=300, tune=300, chains=2, method="cf", random_seed=2,
+                                            progressbar=False)
+    assert abs(res.log_evidence - exact) <= max(4 * res.se, 0.05), (res.log_evidence, res.se, exact)
