@@ -75,6 +75,25 @@ def test_model_is_not_silently_ignored_when_the_scores_exist(normal_model):
         pymc_cv.summary(scored, model=model, var_names=["mu"], progressbar=False, compile_kwargs={})
 
 
+@pytest.mark.parametrize("sampler", ["pymc", "nutpie", "numpyro"])
+def test_every_sampler_users_run_gives_exact_means_within_their_se(sampler):
+    # each records the log density under its own name and sign (nutpie "logp"; PyMC's NumPyro
+    # wrapper calls the potential energy, -log p, "lp"), which the draws-and-model check must read
+    if sampler != "pymc":
+        pytest.importorskip(sampler)
+    y = np.random.default_rng(0).normal(1.0, 2.0, 40)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        pm.HalfNormal("s", 5)  # no data: its prior, E[s] = 5 sqrt(2 / pi)
+        pm.Normal("y", mu, 2.0, observed=y)
+    idata = _sample(model, nuts_sampler=sampler)
+    table = pymc_cv.summary(idata, model=model, progressbar=False)
+    exact = {"mu": (y.sum() / 4) / (y.size / 4 + 1 / 100), "s": 5 * np.sqrt(2 / np.pi)}
+    for row, value in exact.items():
+        assert abs(table.loc[row, "cv_mean"] - value) <= 3 * table.loc[row, "cv_mcse"] + 1e-9, row
+    assert table.loc["mu", "variance_reduction"] > 100
+
+
 # -- Bambi -------------------------------------------------------------------------------------
 
 def _grid_posterior_means(model, post, functions, points=61):

@@ -314,7 +314,8 @@ def _check_recorded_logp(idata, post, model_logp, model, from_bambi):
         return
     itemsize = min(np.dtype(v.dtype).itemsize for v in model.value_vars)
     check = check_recorded_logp(model_logp, recorded, itemsize)
-    if check.ok:
+    # pm.sample(nuts_sampler="numpyro") records NumPyro's potential energy, -log p, as "lp"
+    if check.ok or check_recorded_logp(model_logp, -recorded, itemsize).ok:
         return
     causes = ["the posterior was changed after sampling"
               + ("" if from_bambi else " (Bambi does this to the intercept when it centres the predictors, "
