@@ -1,0 +1,215 @@
+"""Exact references for the posteriordb posteriors that are Gaussian linear regressions.
+
+Nine posteriors of the set are y ~ N(X beta, sigma) with a flat or Gaussian prior on beta and a
+prior on sigma alone.  Given sigma, beta is Gaussian in closed form, and so is the marginal
+likelihood of sigma; what remains is a one-dimensional integral over log sigma, done on a grid of
+4,001 points spanning +-14 posterior sd (trapezoid rule: spectrally accurate for a smooth peaked
+integrand; the end weights are checked to be negligible).  diamonds has a Student-t prior on the
+intercept of centred predictors, which decouples from the slopes given sigma: a Gauss-Hermite
+rule over the intercept inside the grid over sigma.  The mcse of these references is 0 (their
+error is round-off, ~1e-12 of the posterior sd).
+
+Usage: python bench/posteriordb_exact.py [PDB] [NAME ...]      (writes bench/data/posteriordb/NAME.json)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+
+import numpy as np
+import posteriordb_set as pset
+from scipy import special, stats
+
+OUT = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
+GRID = 4001
+WIDTH = 14.0
+
+
+def _log_half(dist, sigma):
+    return dist.logpdf(sigma)  # the half-distributions' normalisation is a constant
+
+
+def _sigma_grid(y, X):
+    n, k = X.shape
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    s0 = np.sqrt(np.sum((y - X @ beta) ** 2) / (n - k))
+    return np.exp(np.log(s0) + np.linspace(-1.0, 1.0, GRID) * WIDTH / np.sqrt(2.0 * (n - k)))
+
+
+def _weights(logpost):
+    w = np.exp(logpost - logpost.max())
+    if max(w[0], w[-1]) > 1e-14:
+        raise RuntimeError("the grid over sigma does not cover the posterior; widen WIDTH")
+    return w / w.sum()
+
+
+def gaussian_linear(y, X, sigma_logprior, prior_mean=None, prior_sd=None):
+    """Posterior means and sds of (beta..., sigma) of y ~ N(X beta, sigma), beta flat or
+    N(prior_mean, prior_sd^2) elementwise, sigma with log prior density ``sigma_logprior``."""
+    n, k = X.shape
+    XtX, Xty, yty = X.T @ X, X.T @ y, y @ y
+    sig = _sigma_grid(y, X)
+    means, covs, logml = np.empty((GRID, k)), np.empty((GRID, k, k)), np.empty(GRID)
+    for i, s in enumerate(sig):
+        if prior_sd is None:
+            prec = XtX / s**2
+            b = Xty / s**2
+            const = 0.0
+        else:
+            prec = XtX / s**2 + np.diag(1.0 / prior_sd**2)
+            b = Xty / s**2 + prior_mean / prior_sd**2
+            const = np.sum(prior_mean**2 / prior_sd**2)
+        chol = np.linalg.cholesky(prec)
+        m = np.linalg.solve(prec, b)
+        means[i] = m
+        covs[i] = np.linalg.inv(prec)
+        # log N(y | X beta, s^2) integrated over beta (the flat prior's integral as its limit)
+        logml[i] = -n * np.log(s) - 0.5 * (yty / s**2 + const - m @ b) - np.sum(np.log(np.diag(chol)))
+    w = _weights(logml + sigma_logprior(sig) + np.log(sig))  # + log sigma: the grid is over log sigma
+    e_beta = w @ means
+    var_beta = np.einsum("i,ijj->j", w, covs) + w @ (means - e_beta) ** 2
+    e_sigma = w @ sig
+    return np.r_[e_beta, e_sigma], np.sqrt(np.r_[var_beta, w @ (sig - e_sigma) ** 2])
+
+
+def diamonds(data):
+    """b (centred slopes, N(0, 1)), Intercept (t3(8, 10)), sigma (half-t3(0, 10)), b_Intercept."""
+    Y, X = np.asarray(data["Y"], float), np.asarray(data["X"], float)[:, 1:]
+    means_x = X.mean(axis=0)
+    Xc = X - means_x
+    n, k = Xc.shape
+    ybar = Y.mean()
+    yc = Y - ybar
+    XtX, Xty, yty = Xc.T @ Xc, Xc.T @ yc, yc @ yc
+    sig = _sigma_grid(yc, Xc)
+    nodes, hw = special.roots_hermitenorm(80)  # E over N(0, 1) with weights hw / sqrt(2 pi)
+    hw = hw / np.sqrt(2 * np.pi)
+    prior_a = stats.t(3, loc=8, scale=10)
+    mb, vb, logml, ea, va = np.empty((GRID, k)), np.empty((GRID, k)), np.empty(GRID), np.empty(GRID), np.empty(GRID)
+    for i, s in enumerate(sig):
+        prec = XtX / s**2 + np.eye(k)
+        b = Xty / s**2
+        chol = np.linalg.cholesky(prec)
+        m = np.linalg.solve(prec, b)
+        mb[i], vb[i] = m, np.diag(np.linalg.inv(prec))
+        # intercept: sum (y - a - Xc b)^2 = sum (yc - Xc b)^2 + n (ybar - a)^2, so given sigma it is
+        # t3(8, 10) times N(ybar, s^2 / n): integrate by Gauss-Hermite around ybar
+        a = ybar + nodes * s / np.sqrt(n)
+        pa = prior_a.pdf(a)
+        z = hw @ pa
+        ea[i] = (hw * pa) @ a / z
+        va[i] = (hw * pa) @ (a - ea[i]) ** 2 / z
+        logml[i] = (-n * np.log(s) - 0.5 * (yty / s**2 - m @ b) - np.sum(np.log(np.diag(chol)))
+                    + np.log(z) + np.log(s / np.sqrt(n)))
+    sigma_prior = stats.t(3, loc=0, scale=10)
+    w = _weights(logml + sigma_prior.logpdf(sig) + np.log(sig))
+    e_b, e_a, e_s = w @ mb, w @ ea, w @ sig
+    sd_b = np.sqrt(w @ vb + w @ (mb - e_b) ** 2)
+    sd_a = np.sqrt(w @ va + w @ (ea - e_a) ** 2)
+    sd_s = np.sqrt(w @ (sig - e_s) ** 2)
+    # b_Intercept = Intercept - means_x . b; a and b are independent given sigma, so they covary
+    # only through sigma
+    cov_b = np.diag(w @ vb) + np.einsum("i,ij,ik->jk", w, mb - e_b, mb - e_b)
+    cov_ab = w @ ((ea - e_a)[:, None] * (mb - e_b))
+    var_bi = sd_a**2 + means_x @ cov_b @ means_x - 2 * means_x @ cov_ab
+    rows = {f"b[{j}]": (e_b[j], sd_b[j]) for j in range(k)}
+    rows.update({"Intercept": (e_a, sd_a), "sigma": (e_s, sd_s),
+                 "b_Intercept": (e_a - means_x @ e_b, float(np.sqrt(var_bi)))})
+    return rows
+
+
+def _col(data, name):
+    return np.asarray(data[name], dtype=float)
+
+
+def _regressions():
+    half_cauchy = stats.cauchy(0, 2.5)
+    flat = lambda s: np.zeros_like(s)  # noqa: E731
+    ones = lambda d: np.ones(d["N"])  # noqa: E731
+    return {
+        "kidiq-kidscore_momiq": (lambda d: (_col(d, "kid_score"), np.column_stack([ones(d), _col(d, "mom_iq")])),
+                                 half_cauchy.logpdf, None, "beta"),
+        "kidiq-kidscore_interaction": (
+            lambda d: (_col(d, "kid_score"), np.column_stack([ones(d), _col(d, "mom_hs"), _col(d, "mom_iq"),
+                                                              _col(d, "mom_hs") * _col(d, "mom_iq")])),
+            half_cauchy.logpdf, None, "beta"),
+        "earnings-earn_height": (lambda d: (_col(d, "earn"), np.column_stack([ones(d), _col(d, "height")])),
+                                 flat, None, "beta"),
+        "earnings-logearn_interaction": (
+            lambda d: (np.log(_col(d, "earn")), np.column_stack([ones(d), _col(d, "height"), _col(d, "male"),
+                                                                 _col(d, "height") * _col(d, "male")])),
+            flat, None, "beta"),
+        "mesquite-logmesquite": (
+            lambda d: (np.log(_col(d, "weight")),
+                       np.column_stack([ones(d)] + [np.log(_col(d, c)) for c in
+                                                    ("diam1", "diam2", "canopy_height", "total_height", "density")]
+                                       + [_col(d, "group")])),
+            flat, None, "beta"),
+        "nes2000-nes": (
+            lambda d: (_col(d, "partyid7"),
+                       np.column_stack([ones(d), _col(d, "real_ideo"), _col(d, "race_adj")]
+                                       + [(np.asarray(d["age_discrete"]) == a).astype(float) for a in (2, 3, 4)]
+                                       + [_col(d, "educ1"), _col(d, "gender"), _col(d, "income")])),
+            flat, None, "beta"),
+        "sblrc-blr": (lambda d: (_col(d, "y"), np.asarray(d["X"], dtype=float)), stats.norm(0, 10).logpdf,
+                      lambda d, k: (np.zeros(k), np.full(k, 10.0)), "beta"),
+        "kilpisjarvi_mod-kilpisjarvi": (
+            lambda d: (_col(d, "y"), np.column_stack([ones(d), _col(d, "x")])), flat,
+            lambda d, k: (np.array([d["pmualpha"], d["pmubeta"]]), np.array([d["psalpha"], d["psbeta"]])),
+            ("alpha", "beta")),
+    }
+
+
+EXACT = [*_regressions(), "diamonds-diamonds"]
+
+
+def exact_rows(name, data):
+    """{row label: (mean, sd)} of the posterior ``name``."""
+    if name == "diamonds-diamonds":
+        return diamonds(data)
+    design, sigma_logprior, prior, labels = _regressions()[name]
+    y, X = design(data)
+    k = X.shape[1]
+    prior_mean, prior_sd = prior(data, k) if prior is not None else (None, None)
+    mean, sd = gaussian_linear(y, X, sigma_logprior, prior_mean, prior_sd)
+    names = [f"{labels}[{j}]" for j in range(k)] if isinstance(labels, str) else list(labels)
+    return {lab: (m, s) for lab, m, s in zip(names + ["sigma"], mean, sd)}
+
+
+def make(pdb, name):
+    p = pset.load(pdb, name)
+    rows = {lab: {"mean": float(m), "mcse": 0.0, "sd": float(s)} for lab, (m, s) in exact_rows(name, p.data).items()}
+    check = {}
+    if p.reference_draws is not None:
+        theirs = pset.reference_draw_moments(p.reference_draws)
+        for label, row in rows.items():
+            key = pset.stan_name(label)
+            if key in theirs:
+                m, se = theirs[key]
+                check[label] = {"posteriordb_mean": m, "posteriordb_mcse": se,
+                                "z": float((row["mean"] - m) / se) if se > 0 else 0.0}
+    how = {"method": "exact: closed form given sigma, quadrature over log sigma"
+                     + (" and Gauss-Hermite over the intercept" if name == "diamonds-diamonds" else ""),
+           "grid": GRID, "date": datetime.date.today().isoformat()}
+    return {"name": name, "how": how, "rows": rows, "posteriordb_check": check}
+
+
+def main():
+    args = sys.argv[1:]
+    pdb = args.pop(0) if args and os.path.isdir(args[0]) else pset.DEFAULT_PDB
+    names = args or EXACT
+    os.makedirs(OUT, exist_ok=True)
+    print("| posterior | rows | rows in posteriordb | max abs z | abs z <= 2 |\n|---|---|---|---|---|")
+    for name in names:
+        ref = make(pdb, name)
+        with open(os.path.join(OUT, f"{name}.json"), "w") as fh:
+            json.dump(ref, fh, indent=1)
+        z = np.array([abs(c["z"]) for c in ref["posteriordb_check"].values()])
+        print(f"| {name} | {len(ref['rows'])} | {z.size} | {z.max(initial=0):.2f} | {np.mean(z <= 2):.0%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
