@@ -544,6 +544,14 @@ def _with_convergence(records, every_row, results, divergent):
         out.append((label, mean, mcse, cv_mean, cv_mcse, vr, method, ok and not note))
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=4)
+    # a row marked unreliable by its fit (heavy-tailed draws, a mild Stein check) says why in the
+    # table's notes too, not only in its CVResult
+    seen = set()
+    for rec in out:
+        res = results[rec[0]][0]
+        if not rec[7] and id(res) not in seen:
+            seen.add(id(res))
+            notes += [n for n in res.notes if "unreliable" in n and n not in notes]
     return out, notes
 
 

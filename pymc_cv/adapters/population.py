@@ -272,9 +272,11 @@ def _to_inference_data(model, t, runs, compile_kwargs):
                  and all(x is not None for x in d)}
 
     stats = {}
-    for key in ("diverging", "tree_depth", "step_size", "energy", "acceptance_rate", "model_logp", "n_steps"):
+    # not the NUTS step's model_logp: it is of the state before the exchange move, and the kept draw
+    # may be another walker's (compute_scores compares a recorded lp with the draws)
+    for key in ("diverging", "tree_depth", "step_size", "energy", "acceptance_rate", "n_steps"):
         if key in runs[0]["stats"][0]:
-            stats["lp" if key == "model_logp" else key] = np.array([[s[key] for s in run["stats"]] for run in runs])
+            stats[key] = np.array([[s[key] for s in run["stats"]] for run in runs])
     stats["exchange_accept"] = np.stack([np.stack(run["exchange"]) for run in runs])
     all_coords = {k: list(v) for k, v in model.coords.items() if v is not None}
     all_coords.update(coords, temperature=list(map(float, t)), pair=list(range(w - 1)))

@@ -78,10 +78,16 @@ def _check_same_data(idata, model):
 
 def _batched(fn_inputs, outputs, replace, compile_kwargs):
     import pytensor
+    from pytensor.compile.mode import Mode, get_mode
     from pytensor.graph.replace import vectorize_graph
 
     batched = vectorize_graph(outputs, replace=replace)
-    return pytensor.function(fn_inputs, batched, on_unused_input="ignore", **compile_kwargs)
+    kwargs = dict(compile_kwargs)
+    # as PyMC compiles a log density: a parameter outside its support gives -inf, not an error
+    # (one bad draw must not stop the evaluation of the others)
+    mode = get_mode(kwargs.pop("mode", None))
+    mode = Mode(linker=mode.linker, optimizer=mode.provided_optimizer.including("local_check_parameter_to_ninf_switch"))
+    return pytensor.function(fn_inputs, batched, on_unused_input="ignore", mode=mode, **kwargs)
 
 
 def _batch_input(var):
