@@ -67,9 +67,9 @@ def run_one(pdb, name):
     """Every number of one posterior's table row (runs in the subprocess)."""
     warnings.simplefilter("ignore")
     import arviz as az
+    import posteriordb_set as pset
     import stan
 
-    import posteriordb_set as pset
     import pymc_cv
 
     ref = _reference(name)
@@ -118,7 +118,7 @@ def line(r):
     meth = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items(), key=lambda kv: -kv[1]))
     return (f"| {r['name']} | {r['d']} | {r['rows']} | {r['stan']:.1f} | {r['convert']:.1f} | {r['summary']:.1f} "
             f"| {r['convert'] / r['stan']:.2f} | {r['summary'] / r['stan']:.2f} | {meth} | {r['told']} "
-            f"| {r['median']:.3f} | {r['worst']:.3f} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
+            f"| {r['median']:.2g} | {r['worst']:.2g} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
             f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} |")
 
 
@@ -131,7 +131,7 @@ def overall(results):
     medians = [r["median"] for r in ok if np.isfinite(r["median"])]
     ratio = [r["summary"] / r["stan"] for r in ok]
     return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows; 2-se coverage {cov:.1%}; "
-            f"median of per-posterior median CV/MCMC error {np.median(medians):.3f}; "
+            f"median of per-posterior median CV/MCMC error {np.median(medians):.2g}; "
             f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
             f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}")
 
