@@ -182,15 +182,7 @@ def exact_rows(name, data):
 def make(pdb, name):
     p = pset.load(pdb, name)
     rows = {lab: {"mean": float(m), "mcse": 0.0, "sd": float(s)} for lab, (m, s) in exact_rows(name, p.data).items()}
-    check = {}
-    if p.reference_draws is not None:
-        theirs = pset.reference_draw_moments(p.reference_draws)
-        for label, row in rows.items():
-            key = pset.stan_name(label)
-            if key in theirs:
-                m, se = theirs[key]
-                check[label] = {"posteriordb_mean": m, "posteriordb_mcse": se,
-                                "z": float((row["mean"] - m) / se) if se > 0 else 0.0}
+    check = pset.posteriordb_check(rows, p.reference_draws)
     how = {"method": "exact: closed form given sigma, quadrature over log sigma"
                      + (" and Gauss-Hermite over the intercept" if name == "diamonds-diamonds" else ""),
            "grid": GRID, "date": datetime.date.today().isoformat()}

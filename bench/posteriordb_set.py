@@ -85,3 +85,20 @@ def stan_name(label):
         return label
     base, idx = label[:-1].split("[", 1)
     return f"{base}[{','.join(str(int(i) + 1) for i in idx.split(','))}]"
+
+
+def posteriordb_check(rows, draws):
+    """{label: posteriordb's mean and mcse of that row, and z = (ours - theirs) / combined mcse} for the
+    rows {label: {"mean", "mcse"}} that posteriordb's reference ``draws`` (or None) hold."""
+    if draws is None:
+        return {}
+    theirs = reference_draw_moments(draws)
+    check = {}
+    for label, row in rows.items():
+        key = stan_name(label)
+        if key in theirs:
+            m, se = theirs[key]
+            combined = np.hypot(se, row["mcse"])
+            check[label] = {"posteriordb_mean": m, "posteriordb_mcse": se,
+                            "z": float((row["mean"] - m) / combined) if combined > 0 else 0.0}
+    return check
