@@ -30,7 +30,8 @@ def hierarchical():
                   initval=np.array([-1.0, 0.0, 1.0]))
         pm.LKJCorr("corr", n=3, eta=2.0)  # packed correlations (interval transform)
         pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.Exponential.dist(1.0), compute_corr=False)
-    idata = pm.sample(100, tune=200, chains=2, model=model, random_seed=3, progressbar=False,
+    # PyMC's own NUTS: nutpie (PyMC 6's default once installed) does not store the value variables
+    idata = pm.sample(100, tune=200, chains=2, model=model, random_seed=3, progressbar=False, nuts_sampler="pymc",
                       compute_convergence_checks=False, idata_kwargs={"include_transformed": True})
     return model, idata
 
