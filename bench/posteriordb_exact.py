@@ -1,12 +1,13 @@
 """Exact references for the posteriordb posteriors that are Gaussian linear regressions.
 
-Nine posteriors of the set are y ~ N(X beta, sigma) with a flat or Gaussian prior on beta and a
+Ten posteriors of the set are y ~ N(X beta, sigma) with a flat or Gaussian prior on beta and a
 prior on sigma alone.  Given sigma, beta is Gaussian in closed form, and so is the marginal
 likelihood of sigma; what remains is a one-dimensional integral over log sigma, done on a grid of
 4,001 points spanning +-14 posterior sd (trapezoid rule: spectrally accurate for a smooth peaked
 integrand; the end weights are checked to be negligible).  diamonds has a Student-t prior on the
 intercept of centred predictors, which decouples from the slopes given sigma: a Gauss-Hermite
-rule over the intercept inside the grid over sigma.  The mcse of these references is 0 (their
+rule over the intercept inside the grid over sigma.  arK is an autoregression: given the first K
+observations, it is the regression of y[t] on (1, y[t-1], ..., y[t-K]).  The mcse of these references is 0 (their
 error is round-off, ~1e-12 of the posterior sd).
 
 Usage: python bench/posteriordb_exact.py [PDB] [NAME ...]      (writes bench/data/posteriordb/NAME.json)
@@ -125,11 +126,20 @@ def _col(data, name):
     return np.asarray(data[name], dtype=float)
 
 
+def _autoregression(d):
+    y, K = _col(d, "y"), int(d["K"])
+    T = len(y)
+    lags = [y[K - k:T - k] for k in range(1, K + 1)]
+    return y[K:], np.column_stack([np.ones(T - K)] + lags)
+
+
 def _regressions():
     half_cauchy = stats.cauchy(0, 2.5)
     flat = lambda s: np.zeros_like(s)  # noqa: E731
     ones = lambda d: np.ones(d["N"])  # noqa: E731
     return {
+        "arK-arK": (_autoregression, half_cauchy.logpdf, lambda d, k: (np.zeros(k), np.full(k, 10.0)),
+                    lambda k: ["alpha"] + [f"beta[{j}]" for j in range(k - 1)]),
         "kidiq-kidscore_momiq": (lambda d: (_col(d, "kid_score"), np.column_stack([ones(d), _col(d, "mom_iq")])),
                                  half_cauchy.logpdf, None, "beta"),
         "kidiq-kidscore_interaction": (
@@ -175,7 +185,10 @@ def exact_rows(name, data):
     k = X.shape[1]
     prior_mean, prior_sd = prior(data, k) if prior is not None else (None, None)
     mean, sd = gaussian_linear(y, X, sigma_logprior, prior_mean, prior_sd)
-    names = [f"{labels}[{j}]" for j in range(k)] if isinstance(labels, str) else list(labels)
+    if isinstance(labels, str):
+        names = [f"{labels}[{j}]" for j in range(k)]
+    else:
+        names = labels(k) if callable(labels) else list(labels)
     return {lab: (m, s) for lab, m, s in zip(names + ["sigma"], mean, sd)}
 
 
