@@ -18,7 +18,8 @@ When f is expensive (a solve per draw and input, a simulator, ...) each task may
 Meta-CVs learn one neural Stein control variate *across* tasks, then adapt it to a new task in one
 gradient step, which works with 10 draws per task where a per-task fit has little to learn from.
 
-The exact answer for every task comes from quadrature over (log a, log l), so every error below is real."""),
+The exact answer for every task comes from quadrature over (log a, log l), so every error below is real.
+`PYMC_CV_NB_FAST=1` (the test suite sets it) meta-trains for fewer iterations and uses a coarser grid."""),
     code("""import os, sys, time, warnings, logging
 import numpy as np, pandas as pd, arviz as az, matplotlib.pyplot as plt, pymc as pm
 from scipy import stats
@@ -27,6 +28,7 @@ from pymc_cv.plots import plot_cv_fit
 sys.path.insert(0, os.path.abspath(".."))          # examples/, for the model definitions
 import hierarchical_gp_metacv as gp
 warnings.filterwarnings("ignore"); logging.getLogger("pymc").setLevel(logging.ERROR)
+FAST = os.environ.get("PYMC_CV_NB_FAST") == "1"
 z, y, z_all = gp.load()                              # training inputs, targets, held-out inputs
 z_test = z_all[np.linspace(0, z_all.size - 1, 200).astype(int)]   # 200 test inputs = 200 tasks
 model = gp.build_model(z, y)
@@ -43,7 +45,8 @@ idata = pymc_cv.compute_scores(idata, model, compile_kwargs={"mode": "NUMBA"})
 az.summary(idata, var_names=["amp", "ls"])"""),
     md("""## The exact answer, by quadrature
 
-The posterior is two-dimensional, so the expectations can be computed on an 81 x 81 grid in (log a, log l)
+The posterior is two-dimensional, so the expectations can be computed on an 81 x 81 grid (41 x 41 in the
+short form) in (log a, log l)
 reaching 7 posterior sd each way.  The log density below is the model's (checked against PyMC's
 `compile_logp` at two points) and halving the grid changes no expectation by more than 1e-8."""),
     code("""def log_post(la, ll):
@@ -57,11 +60,12 @@ for la, ll in [(-0.1, 0.2), (0.05, -0.1)]:
     assert abs(log_post(la, ll) - pymc_logp({"amp_log__": la, "ls_log__": ll})) < 1e-4
 
 unc = idata.unconstrained_posterior
-grid = [np.linspace(float(unc[v].mean()) - 7 * float(unc[v].std()), float(unc[v].mean()) + 7 * float(unc[v].std()), 81)
+G = 41 if FAST else 81
+grid = [np.linspace(float(unc[v].mean()) - 7 * float(unc[v].std()), float(unc[v].mean()) + 7 * float(unc[v].std()), G)
         for v in ("amp_log__", "ls_log__")]
 LA, LL = np.meshgrid(*grid, indexing="ij")
-lp = np.array([log_post(a, b) for a, b in zip(LA.ravel(), LL.ravel())]).reshape(81, 81)
-F_grid = gp.predictive_means(np.exp(LA.ravel()), np.exp(LL.ravel()), z, y, z_test).reshape(81, 81, -1)
+lp = np.array([log_post(a, b) for a, b in zip(LA.ravel(), LL.ravel())]).reshape(G, G)
+F_grid = gp.predictive_means(np.exp(LA.ravel()), np.exp(LL.ravel()), z, y, z_test).reshape(G, G, -1)
 
 def quadrature(step):
     w = np.exp(lp[::step, ::step] - lp.max()); w /= w.sum()
@@ -86,7 +90,7 @@ tasks = [(F[p, j], X[p], S[p]) for j, p in enumerate(picks)]
 train, test = np.arange(200)[::2], np.arange(200)[1::2]
 
 start = time.perf_counter()
-mcv = pymc_cv.MetaCV(hidden=(64, 64), meta_iterations=1500, random_seed=0, progressbar=False)
+mcv = pymc_cv.MetaCV(hidden=(64, 64), meta_iterations=400 if FAST else 1500, random_seed=0, progressbar=False)
 mcv.meta_fit([tasks[j] for j in train])
 meta_s = time.perf_counter() - start
 start = time.perf_counter()
@@ -128,7 +132,8 @@ def predictive_mean(p):                               # posterior Dataset -> (ch
     f = gp.predictive_means(np.asarray(p["amp"]).ravel(), np.asarray(p["ls"]).ravel(), z, y, z_test[sub])
     return f.reshape(p.sizes["chain"], p.sizes["draw"], -1)
 
-tables = {m: pymc_cv.summary(idata, integrands={"pred": predictive_mean}, method=m, progressbar=False)
+tables = {m: pymc_cv.summary(idata, integrands={"pred": predictive_mean}, method=m, progressbar=False,
+                             **({"metacv": {"meta_iterations": 300}} if FAST and m == "metacv" else {}))
           for m in ("metacv", "auto")}
 pd.DataFrame({"MCMC mean": np.abs(tables["auto"]["mean"] - truth[sub]).mean(),
               **{f"cv_mean ({m})": np.abs(t["cv_mean"] - truth[sub]).mean() for m, t in tables.items()}},
