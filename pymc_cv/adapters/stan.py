@@ -83,6 +83,29 @@ class _StanDensity:
             self.direct = None
         self.backend = "pystan (httpstan extension module)" if self.direct is not None else "pystan (HTTP)"
 
+    @contextlib.contextmanager
+    def batch(self):
+        """While open, calls convert the data for httpstan once, not once a call.
+
+        httpstan's extension functions take the data as a dict and split it into Stan's
+        array_var_context lists (in Python, ``httpstan.utils._split_data``) on every call: on 1,192
+        observations that was 94% of a draw's scores (4.6 ms of 4.9).  The split is made once here and
+        handed back for this density's data; any other data is split as before."""
+        if self.direct is None:
+            yield self
+            return
+        import httpstan.utils
+
+        original = httpstan.utils._split_data
+        names_r, values_r, dim_r, names_i, values_i, dim_i = original(self.data)
+        # plain floats and ints: the extension casts every element, and numpy scalars cast slower
+        split = (names_r, [float(v) for v in values_r], dim_r, names_i, [int(v) for v in values_i], dim_i)
+        httpstan.utils._split_data = lambda data: split if data is self.data else original(data)
+        try:
+            yield self
+        finally:
+            httpstan.utils._split_data = original
+
     def unconstrain(self, constrained):
         if self.direct is not None:
             return np.asarray(self.direct.transform_inits(self.data, constrained), dtype=float)
@@ -105,7 +128,7 @@ def _scores(density, post, progressbar):
 
     draws = _constrained_draws(post, list(density.posterior.param_names))
     X, G = [], []
-    with progress_bar(progressbar) as bar:
+    with progress_bar(progressbar) as bar, density.batch():
         task = bar.add_task("Stan scores", completed=0, total=len(draws))
         for i, point in enumerate(draws):
             u = density.unconstrain(point)
@@ -143,7 +166,8 @@ def _check_recorded_logp(density, idata, X, per_chain=16):
     if X.shape[:2] != (n_chain, n_draw):
         return
     at = np.unique(np.linspace(0, n_draw - 1, min(per_chain, n_draw)).astype(int))
-    model = np.array([[density.log_prob(X[c, j]) for j in at] for c in range(n_chain)])
+    with density.batch():
+        model = np.array([[density.log_prob(X[c, j]) for j in at] for c in range(n_chain)])
     check = check_recorded_logp(model, recorded[:, at])
     if not check.ok:
         raise DrawsModelMismatchError(
@@ -308,6 +332,7 @@ class PowerPosteriorTerms:
         draws chain after chain, on Stan's unconstrained space."""
         post = compat.group(compat.pystan_posterior(fit), "posterior")
         X, g1 = (a.reshape(-1, a.shape[-1]) for a in _scores(self.hot, post, False))
-        g0 = np.array([self.cold.grad(x) for x in X])
-        ll = np.array([self.hot.log_prob(x) - self.cold.log_prob(x) for x in X])
+        with self.hot.batch(), self.cold.batch():
+            g0 = np.array([self.cold.grad(x) for x in X])
+            ll = np.array([self.hot.log_prob(x) - self.cold.log_prob(x) for x in X])
         return ll, X, g1 - g0, g0, np.repeat(np.arange(post.sizes["chain"]), post.sizes["draw"])
