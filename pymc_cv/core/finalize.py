@@ -27,7 +27,7 @@ import numpy as np
 
 from .cvfit import CVFit, column_predictor
 from .result import CVResult
-from .standard_errors import mcse_mean
+from .standard_errors import effective_sample_sizes, mcse_mean
 from .uncertainty import combine_se, residual_khat, roundoff_floor
 
 __all__ = ["Candidate", "finalize"]
@@ -92,6 +92,18 @@ class Candidate:
         inv, delta = self._fold_deltas(r)
         return float(np.mean(r) - np.mean(delta[inv]))
 
+    def heldout_se(self, i, chain):
+        """se of the mean of held-out residuals i at their own ESS.  Where every column shares
+        ``chain``, the ESS of all columns comes from one ArviZ call (once per call it was a third of
+        a small summary's time)."""
+        r = self.resid[i] if isinstance(self.resid, list) else self.resid[:, i]
+        if isinstance(self.resid, list) or self.resid_chain is not None or r.size < 2:
+            return mcse_mean(r - r.mean(), chain if self.resid_chain is None else self.resid_chain[i])
+        cached = getattr(self, "_ess", None)
+        if cached is None or cached[0] is not chain:
+            cached = self._ess = (chain, effective_sample_sizes(self.resid, chain))
+        return float(np.std(r, ddof=1) / np.sqrt(cached[1][i]))
+
     def index_of(self, j):
         if self.columns is None:
             return j
@@ -107,7 +119,7 @@ def _assess(cand, i, sd_y, c, mcse, floor):
     """The se this candidate would report for integrand i, and its held-out variance reduction."""
     r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
     rc = c if cand.resid_chain is None else cand.resid_chain[i]
-    se_held = mcse_mean(r - r.mean(), rc)
+    se_held = cand.heldout_se(i, c)
     if cand.resid_chain is None and c is not None:
         # residuals at the integrand's ESS as well: held-out residuals of block-deletion refits
         # carry each refit's offset, a slow component the jackknife terms below already count,
@@ -167,8 +179,11 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     chains = chain if isinstance(chain, list) else [chain] * len(cols)
     notes = list(notes or [])
     out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid", "fit", "bias")}
+    mc_ess = (effective_sample_sizes(np.column_stack(cols), chain)
+              if not isinstance(chain, list) and len({y.size for y in cols}) == 1 and cols[0].size >= 2 else None)
     for j, (y, c) in enumerate(zip(cols, chains)):
-        mc, mcse = float(np.mean(y)), mcse_mean(y, c)
+        mc = float(np.mean(y))
+        mcse = mcse_mean(y, c) if mc_ess is None else float(np.std(y, ddof=1) / np.sqrt(mc_ess[j]))
         floor = roundoff_floor(y)
         sd_y = float(np.std(y))
         tried = []
