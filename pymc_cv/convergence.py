@@ -128,7 +128,7 @@ def row_convergence(values, resid, divergent=None):
         if rhat[i] > RHAT_MAX:
             parts.append(f"R-hat {rhat[i]:.3f} > {RHAT_MAX}")
         if ess[i] < ESS_PER_CHAIN_MIN * n_chain:
-            parts.append(f"bulk ESS {ess[i]:.0f} < {ESS_PER_CHAIN_MIN} per chain")
+            parts.append(f"bulk ESS {ess[i]:.0f} < {ESS_PER_CHAIN_MIN * n_chain} ({ESS_PER_CHAIN_MIN} per chain)")
         if np.isfinite(spread[i]):
             parts.append(f"the chains' CV estimates disagree beyond their se (se set to their spread, "
                          f"{spread[i]:.3g})")
