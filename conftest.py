@@ -1,8 +1,10 @@
 """Test-suite settings.
 
-Every item that builds a Stan program runs on one xdist worker (``--dist loadgroup``): httpstan
+Items that build the same Stan program run on one xdist worker (``--dist loadgroup``): httpstan
 caches a build by program, but two processes building the same program at once write the same
-files; kept on one worker, the first build is reused by the rest.
+files; kept on one worker, the first build is reused by the rest.  Items of different programs
+are in different groups, so the two workers can build them side by side (a build takes one to
+three minutes on a machine that has not built it).
 
 Notebooks run in their short form (``PYMC_CV_NB_FAST=1``; their kernels inherit the variable).
 """
@@ -13,11 +15,32 @@ import pytest
 
 os.environ.setdefault("PYMC_CV_NB_FAST", "1")
 
-_STAN_FILES = ("tests/test_stan.py", "pymc_cv/adapters/stan.py", "examples/notebooks/lotka_volterra.ipynb")
+# (part of an item's path, part of its name or "" for any) -> the Stan program it builds
+_STAN_PROGRAMS = (
+    ("tests/test_stan.py", "lotka_volterra", "stan-lotka-volterra"),
+    ("examples/notebooks/lotka_volterra.ipynb", "", "stan-lotka-volterra"),
+    ("tests/test_stan.py", "van_der_pol", "stan-van-der-pol"),
+    ("tests/test_stan.py", "hierarchical_gp", "stan-hierarchical-gp"),
+    # the doctests' normal-mean program, which the TI test reuses
+    ("tests/test_stan.py", "thermodynamic_integration", "stan-normal-mean"),
+    ("pymc_cv/adapters/stan.py", "", "stan-normal-mean"),
+    ("pymc_cv/evidence/thermodynamic_integration.py", "pystan", "stan-normal-mean"),
+    ("tests/test_stan.py", "", "stan-beta-binomial-normal"),
+    ("tests/test_readme.py", "stan", "stan-readme"),
+)
+
+
+def _stan_group(item):
+    path = item.path.as_posix()
+    for part, name, group in _STAN_PROGRAMS:
+        if path.endswith(part) and name in item.name:
+            return group
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.as_posix().endswith(_STAN_FILES) or "pystan" in item.name:
-            item.add_marker(pytest.mark.xdist_group("stan"))
+        group = _stan_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -31,7 +31,6 @@ def test_readme_pymc_example():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("stan")
 def test_readme_stan_example():
     namespace = {}
     exec(compile(_example("Use with Stan"), "README.md (Stan)", "exec"), namespace)
