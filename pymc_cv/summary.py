@@ -474,11 +474,11 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
     names = coordinate_labels(idata) if check_scores else None
     if check_scores and per_chain:  # every chain may have a target of its own
         for c in range(n_chain):
-            note = apply_stein_check(X[c], S[c], None, names=names, where=f" in chain {c}")
+            note = apply_stein_check(X[c], S[c], None, names=names, where=f" in chain {c}", second_order=True)
             notes += [note] if note else []
     elif check_scores:
         chain = np.repeat(np.arange(n_chain), n_draw)
-        note = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=names)
+        note = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=names, second_order=True)
         notes += [note] if note else []
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=3)

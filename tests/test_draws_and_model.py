@@ -290,3 +290,39 @@ def test_thermodynamic_integration_with_a_hyperparameter_outside_the_likelihood(
     res = pymc_cv.thermodynamic_integration(model, 11, draws=300, tune=300, chains=2, method="cf", random_seed=2,
                                             progressbar=False)
     assert abs(res.log_evidence - exact) <= max(4 * res.se, 0.05), (res.log_evidence, res.se, exact)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [2, 5, 7])
+def test_lkj_cholesky_prior_results_are_within_3_se_or_flagged(seed):
+    """Issue 28, case 4: LKJCholeskyCov (n = 2, eta = 2, Exponential(1) sds), prior only, where E[r^2]
+    = 1/5 and E[L11] = 1.  NUTS under-represents the funnel of the Cholesky factor; the ZV-2 estimate
+    of E[r^2] was 5.4-7.2 se off on these seeds, and on seed 7 nothing said so.  The second-order
+    Stein identities of the draws fail there (largest |z| 3.6-6.5)."""
+    with pm.Model() as model:
+        pm.LKJCholeskyCov("L", n=2, eta=2.0, sd_dist=pm.Exponential.dist(1.0), compute_corr=True)
+        idata = pm.sample(1000, tune=1000, chains=4, random_seed=seed, progressbar=False, nuts_sampler="pymc",
+                          compute_convergence_checks=False)
+    integrands = {"r2": lambda p: np.asarray(p["L_corr"])[..., 0, 1] ** 2, "L11": lambda p: np.asarray(p["L"])[..., 0]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = pymc_cv.summary(idata, model=model, integrands=integrands, progressbar=False)
+    for row, truth in (("r2", 0.2), ("L11", 1.0)):
+        z = (table.loc[row, "cv_mean"] - truth) / table.loc[row, "cv_mcse"]
+        assert abs(z) <= 3 or not table.loc[row, "se_reliable"], (row, z, table.loc[row, "method"])
+
+
+def test_second_order_stein_identities_hold_on_exact_draws_and_fail_without_a_region():
+    """The second-order check passes on independent draws of N(0, I) and fails on draws that lack the
+    region where x0 x1 > 1 (the image of x0 x1 then has mean far from 0); the note says which check."""
+    from pymc_cv.core.score_check import ScoreCheck, stein_check
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4000, 3))
+    exact = stein_check(x, -x, second_order=True)
+    assert exact.level == "ok" and exact.second_order_z < exact.second_order_threshold
+    cut = x[x[:, 0] * x[:, 1] < 1.0]
+    chk = stein_check(cut, -cut, second_order=True)
+    assert chk.level == "mild" and chk.second_order_z > 2 * chk.second_order_threshold
+    only_second = ScoreCheck(np.zeros(3), -np.ones(3), np.zeros((2, 3)), 3.0, "mild", 5.0, 3.3)
+    assert "second-order Stein identities" in only_second.message()

@@ -343,7 +343,7 @@ def cv_estimate(
         client = check_client(client)
     opts.update(kernel=kernel, client=client, return_fit=bool(return_fit))
     rep = repeated_draws(X)
-    score_note = apply_stein_check(X, S, chain, repeats=rep) if check_scores else None
+    score_note = apply_stein_check(X, S, chain, repeats=rep, second_order=True) if check_scores else None
     rng = np.random.default_rng(random_seed)
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
     Xs, Ss = std.transform(X, S)
