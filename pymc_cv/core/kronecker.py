@@ -67,6 +67,9 @@ def fit_shared_draws(X, S, Y, kernel, B, nugget, poly_order):
     D = np.maximum(D, 0.0)
     lam, U = linalg.eigh(B, check_finite=False)
     lam = np.maximum(lam, 0.0)
+    # the fit must use the B it factorised: a negative round-off eigenvalue of B kept in
+    # zero_mean_part would multiply coefficients that were divided by the nugget alone
+    B = (U * lam) @ U.T
     den = D[:, None] * lam[None, :] + nug  # (m, T)
     Phi = _design(X, S, poly_order)
     p1 = Phi.shape[1]

@@ -181,7 +181,9 @@ def vvcv_estimate(
     Returns
     -------
     CVResult
-        Arrays over tasks, plus ``.B`` (the task matrix used).
+        Arrays over tasks, plus ``.B`` (the task matrix used).  ``hyperparameters`` holds per task
+        the settings of the fit it reports (kernel, nugget, polynomial order, B, solver; None for
+        the MC fallback).
 
     Examples
     --------
@@ -224,13 +226,18 @@ def vvcv_estimate(
 
     use_shared = shared and solver in ("auto", "shared") and T > 1
     if use_shared:
-        est_std, se_model, resid, zs, Bused, hyper, bias = _run_shared(
-            Zs[0], SZs[0], np.column_stack(yst), kern0, B0, learn, nugget, tune, order,
-            max_tune_points, folds, chains[0], rng,
-        )
-        resid = [resid[:, t] for t in range(T)]
-        zs = [zs[:, t] for t in range(T)]
-        solver_used = "shared"
+        # with "auto", the vv-CV without polynomial features is a candidate too: held-out error
+        # decides, as cv_estimate's "auto" decides between a CF and a semi-exact CF
+        orders = [order] + ([0] if poly_order == "auto" and order > 0 else [])
+        cands = []
+        for o in orders:
+            est_std, se_model, resid, zs, Bused, hyper, bias = _run_shared(
+                Zs[0], SZs[0], np.column_stack(yst), kern0, B0, learn, nugget, tune, o,
+                max_tune_points, folds, chains[0], rng,
+            )
+            cands.append(_candidate("shared", locs, scales, est_std, se_model,
+                                    [resid[:, t] for t in range(T)], [zs[:, t] for t in range(T)],
+                                    {**hyper, "B": Bused, "solver": "shared"}, bias))
     else:
         X = np.concatenate(Zs)
         S = np.concatenate(SZs)
@@ -241,12 +248,11 @@ def vvcv_estimate(
             X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
             chains, solver_used, n_inducing, rng, client,
         )
+        cands = [_candidate(solver_used, locs, scales, est_std, se_model, resid, zs,
+                            {**hyper, "B": Bused, "solver": solver_used}, bias)]
 
-    info = {**hyper, "B": Bused, "solver": solver_used}
-    cand = Candidate(f"vvcv-{solver_used}", locs + scales * est_std,
-                     [r * sc for r, sc in zip(resid, scales)], list(zs),
-                     None if se_model is None else se_model * scales, info, jackknife_bias=bias * scales)
-    res = finalize(ys, chains, [cand], choose="first", fallback=fallback, kind="task")
+    res = finalize(ys, chains, cands, choose="first" if len(cands) == 1 else "best", fallback=fallback,
+                   kind="task")
     for t in range(1 if shared else T) if check_tails else ():  # heavy tails: the se can be far too small
         tail_note = heavy_tail_note(Xs[t])
         if tail_note:
@@ -254,9 +260,17 @@ def vvcv_estimate(
                                 (res.method != "mc") if shared else t)
     for t, note in score_notes.items():
         res.mark_unreliable(note, slice(None) if shared else t)
-    res.B = Bused
-    res.hyperparameters = [hyper]
+    # the task matrix of the candidate most tasks report (the MC fallback has none)
+    chosen = [h for h in res.hyperparameters if h is not None] or [cands[0].info]
+    res.B = max(chosen, key=lambda h: sum(g is h for g in chosen))["B"]
     return res
+
+
+def _candidate(solver, locs, scales, est_std, se_model, resid, zs, info, bias):
+    """A vv-CV fit as a finalize candidate, back in the units of the integrands."""
+    return Candidate(f"vvcv-{solver}", locs + scales * est_std, [r * sc for r, sc in zip(resid, scales)],
+                     list(zs), None if se_model is None else se_model * scales, info,
+                     jackknife_bias=bias * scales)
 
 
 def _tune(kern0, X, S, y, tau, T, B0, order, nugget, tune, learn):
