@@ -51,7 +51,7 @@ def main():
                                                       compile_kwargs={"mode": "NUMBA"})
             smc_s = time.perf_counter() - start
             start = time.perf_counter()
-            fine = ti_from_arrays(plain.temperatures, **plain.draws, method="cti", refine=True, random_seed=seed)
+            fine = ti_from_arrays(**plain.draws, method="cti", refine=True, random_seed=seed)
             refine_s = time.perf_counter() - start
         row = (plain.log_evidence - truth, plain.se, plain.quadrature_error, fine.log_evidence - truth, fine.se,
                fine.quadrature_error)

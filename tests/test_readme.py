@@ -9,9 +9,9 @@ import pytest
 README = (Path(__file__).parents[1] / "README.md").read_text()
 
 
-def _example(section):
-    body = README.split(f"## {section}\n", 1)[1]
-    return re.search(r"```python\n(.*?)```", body, re.S).group(1)
+def _example(section, index=0):
+    body = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", body, re.S)[index]
 
 
 def _check(table):
@@ -46,3 +46,32 @@ def test_readme_bambi_example():
     assert np.all(np.abs(table["cv_mean"] - table["mean"]) < 4 * table["mcse_mean"])
     # a row marked unreliable says why in the table's notes
     assert table["se_reliable"].all() or any("unreliable" in n for n in table.attrs["notes"])
+
+
+def _readme_model_log_evidence():
+    """log p(y) of the README's PyMC model by 2-d quadrature (mu ~ N(0, 10), sigma ~ HalfNormal(5))."""
+    from scipy import integrate, stats
+
+    y = np.random.default_rng(0).normal(1.0, 2.0, size=50)
+    shift = 107.0
+
+    def density(sigma, mu):
+        return np.exp(stats.norm.logpdf(y, mu, sigma).sum() + stats.norm.logpdf(mu, 0, 10)
+                      + stats.halfnorm.logpdf(sigma, scale=5) + shift)
+
+    value, _ = integrate.dblquad(density, -10, 10, 0.3, 10, epsabs=1e-12)
+    return np.log(value) - shift
+
+
+@pytest.mark.slow
+def test_readme_evidence_example():
+    """The README's TI block on its PyMC model, whose HalfNormal scale makes TI's integrand singular at t = 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    namespace = {}
+    exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
+    exec(compile(_example("Model evidence: thermodynamic integration"), "README.md (evidence)", "exec"), namespace)
+    res, truth = namespace["res"], _readme_model_log_evidence()
+    assert res.stepping_stone is not None and any("stepping stones" in n for n in res.notes)
+    assert abs(res.log_evidence - truth) < min(0.1, 3 * res.se)

@@ -82,7 +82,7 @@ def _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, task):
                 w.stop_tuning()
         stats = []
         for k, (w, t) in enumerate(zip(steps, temperatures)):
-            sampler.temperature.set_value(np.float64(t))
+            sampler.set_temperature(t)
             states[k], st = w.step(states[k])
             stats.append(st[0])
         loglik = sampler.loglik(states)

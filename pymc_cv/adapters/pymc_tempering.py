@@ -1,8 +1,8 @@
 """Power posteriors p_t(x) ~ p(y|x)^t p(x) of a PyMC model, and the per-draw terms TI needs.
 
-The tempered model is a clone of the user's model with a Potential (t - 1) log p(y|x), t a
-shared variable: NUTS is compiled once and every rung only changes t (a new compile per rung
-costs seconds; a rung of a small model samples in a fraction of one).  ``pm.sample`` resets the
+The tempered density is PyMC's own (as its SMC uses it): log p(x) + t log p(y|x), with t a weight
+of the compiled log density and gradient, so NUTS is compiled once and every rung only changes t
+(a new compile per rung costs seconds; a rung of a small model samples in a fraction of one).  ``pm.sample`` resets the
 step's adaptation at the start of every chain, so a rung's draws depend only on its temperature and
 seed, not on which rungs the step sampled before: rungs can run in any order, on any worker.
 """
@@ -19,9 +19,6 @@ from .pymc import _batch_input, _batched, _check_model
 
 __all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
            "sample_rung", "smc_rungs", "model_token", "kept_model"]
-
-TEMPERATURE = "pymc_cv_temperature"
-
 
 def check_temperable(model):
     _check_model(model)
@@ -42,19 +39,27 @@ class TemperedSampler:
 
     def __init__(self, model, compile_kwargs=None):
         import pymc as pm
-        import pytensor
         from pymc.model.fgraph import clone_model
 
         check_temperable(model)
         self.source = model  # the user's model: names, dims and the posterior's deterministics
         self.model = clone_model(model)
-        self.temperature = pytensor.shared(np.float64(1.0), name=TEMPERATURE)
         self._compile_kwargs = dict(compile_kwargs or {})
         with self.model:
             self._loglik = self.model.logp(vars=self.model.observed_RVs, sum=True)
-            pm.Potential("pymc_cv_tempering", (self.temperature - 1.0) * self._loglik)
-            self.step = pm.NUTS(compile_kwargs=self._compile_kwargs)
+            # not log p(x, y) + (t - 1) log p(y|x): where |log p(y|x)| is 1e16 times |log p(x)| (a scale
+            # parameter near 0) that sum loses log p(x) to round-off, and at small t NUTS drifted there
+            # and stayed (the README model's prior rung sat at log sigma = -20)
+            density = self.model.logp_dlogp_function(tempered=True, ravel_inputs=True, **self._compile_kwargs)
+            density.trust_input = True
+            self.step = pm.NUTS(logp_dlogp_func=density)
+        self._weights_dtype = density.dtype
         self._loglik_fn = None
+        self.set_temperature(1.0)
+
+    def set_temperature(self, temperature):
+        """Every copy of ``step`` that shares its compiled density samples p_t from now on."""
+        self.step._logp_dlogp_func.set_weights(np.array([temperature], dtype=self._weights_dtype))
 
     def loglik(self, points):
         """log p(y|x) at each of a list of points (dicts of value variables, as the step methods use
@@ -68,7 +73,7 @@ class TemperedSampler:
     def sample(self, temperature, draws, tune, chains, random_seed, **kwargs):
         import pymc as pm
 
-        self.temperature.set_value(np.float64(temperature))
+        self.set_temperature(temperature)
         logger = logging.getLogger("pymc")
         level = logger.level
         logger.setLevel(logging.ERROR)  # per-rung banners and short-chain warnings are noise here

@@ -16,13 +16,13 @@ RULES = ("corrected", "trapezoid")
 _ORDER = {"corrected": 4, "trapezoid": 2}
 
 
-def _check_ladder(t):
+def _check_ladder(t, from_prior=True):
     t = np.asarray(t, dtype=float)
     if t.ndim != 1 or t.size < 2:
         raise ValueError("temperatures must be a 1-d array of at least 2 values from 0 to 1.")
     if not np.all(np.diff(t) > 0):
         raise ValueError("temperatures must be strictly increasing; sort them and drop duplicates.")
-    if t[0] != 0.0 or t[-1] != 1.0:
+    if (from_prior and t[0] != 0.0) or t[-1] != 1.0 or t[0] < 0.0:
         raise ValueError(
             f"temperatures run from {t[0]:g} to {t[-1]:g}; thermodynamic integration needs the prior "
             "(t = 0) and the posterior (t = 1) as the first and last rungs."
@@ -30,8 +30,11 @@ def _check_ladder(t):
     return t
 
 
-def quadrature_weights(temperatures, rule="corrected"):
+def quadrature_weights(temperatures, rule="corrected", from_prior=True):
     """Weights (a, b) with log Z = a . mu + b . v for the rule.
+
+    ``from_prior=False``: the ladder may start above 0, and a . mu + b . v is then the integral
+    over [t_0, 1], i.e. log Z(1) - log Z(t_0).
 
     Examples
     --------
@@ -41,7 +44,7 @@ def quadrature_weights(temperatures, rule="corrected"):
     """
     if rule not in RULES:
         raise ValueError(f"rule={rule!r}; use one of {RULES}.")
-    t = _check_ladder(temperatures)
+    t = _check_ladder(temperatures, from_prior)
     h = np.diff(t)
     a = np.zeros(t.size)
     a[:-1] += h / 2
@@ -54,7 +57,7 @@ def quadrature_weights(temperatures, rule="corrected"):
 
 
 def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="corrected", source=None, mean_bias=None,
-              var_bias=None):
+              var_bias=None, from_prior=True):
     """(log Z, se) from per-rung means and variances of log p(y|x) and their standard errors.
 
     Rungs are sampled independently, so their errors add in quadrature; the small covariance
@@ -68,6 +71,8 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     per-rung se's and come back as the bias of the log evidence itself, |sum of weight x bias|
     (the log evidence is linear in the rung estimates).
 
+    ``from_prior=False``: the integral over a ladder that starts above 0 (see :func:`quadrature_weights`).
+
     Examples
     --------
     x ~ N(0, 1), y = 0 ~ N(x, 1): E_t[log p(y|x)] = -log(2 pi)/2 - 1/(2 (1 + t)), Var_t = 1/(2 (1 + t)^2),
@@ -80,7 +85,7 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     >>> bool(abs(value + 0.5 * np.log(4 * np.pi)) < 1e-6)
     True
     """
-    a, b = quadrature_weights(temperatures, rule)
+    a, b = quadrature_weights(temperatures, rule, from_prior)
     mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
     if mean.shape != a.shape or var.shape != a.shape:
         raise ValueError(f"need one mean and one variance per temperature ({a.size}); got {mean.shape}, {var.shape}.")
@@ -99,7 +104,7 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     return value, float(np.sqrt(np.sum(per_rung**2)) + abs(a @ ms + b @ vs))
 
 
-def quadrature_error(temperatures, mean, var, rule="corrected"):
+def quadrature_error(temperatures, mean, var, rule="corrected", from_prior=True):
     """Richardson estimate of the discretisation error of ``rule`` on this ladder.
 
     The same rule on every other rung (both ends kept) has about 2^p times the error of the
@@ -119,13 +124,14 @@ def quadrature_error(temperatures, mean, var, rule="corrected"):
     >>> bool(0.5 * error < quadrature_error(t, mean, var, rule="trapezoid") < 2 * error)
     True
     """
-    t = _check_ladder(temperatures)
+    t = _check_ladder(temperatures, from_prior)
     if t.size < 3:
         return np.nan
     mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
-    full, _ = integrate(t, mean, var, rule=rule)
+    full, _ = integrate(t, mean, var, rule=rule, from_prior=from_prior)
     last = t.size - 1
     coarse_ladders = {tuple(np.unique(np.r_[np.arange(0, t.size, 2), last])),
                       tuple(np.unique(np.r_[0, np.arange(last, -1, -2)]))}
-    coarse = [integrate(t[list(k)], mean[list(k)], var[list(k)], rule=rule)[0] for k in coarse_ladders]
+    coarse = [integrate(t[list(k)], mean[list(k)], var[list(k)], rule=rule, from_prior=from_prior)[0]
+              for k in coarse_ladders]
     return max(abs(full - c) for c in coarse) / (2 ** _ORDER[rule] - 1)

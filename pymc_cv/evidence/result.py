@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .rung_moments import RungMoments
+from .stepping_stone import SteppingStone
 
 __all__ = ["TIResult"]
 
@@ -27,6 +28,11 @@ class TIResult:
     mc_log_evidence, mc_se : float
         Plain TI (per-rung averages, same rule, same draws) and its se, for comparison.
     temperatures : array (w,)
+        The rungs TI integrates over (with ``refine=``, the refined ladder); when the first rungs
+        are crossed by stepping stones, the ladder from the first rung after them.
+    stepping_stone : SteppingStone or None
+        log Z at the first TI rung by stepping stones over the rungs below it, where
+        E_t[log p(y|x)] is singular at t = 0 (``notes`` say so); None when TI covers [0, 1].
     moments : RungMoments
         Per-rung means and variances of log p(y|x), with and without CVs, and their se.
     method, rule : str
@@ -68,6 +74,7 @@ class TIResult:
     notes: list = field(default_factory=list)
     reliable: bool = True
     draws: dict = field(default_factory=dict, repr=False)
+    stepping_stone: SteppingStone | None = None
 
     def plot(self, ax=None, **kwargs):
         """E_t[log p(y|x)] against t, MC and CV, with error bars; see :func:`pymc_cv.plots.plot_ti_curve`."""

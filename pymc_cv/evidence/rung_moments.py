@@ -18,7 +18,7 @@ from ..core.standard_errors import mcse_mean
 from ..core.uncertainty import heavy_tail_note
 from .weighted_rung import weighted_moments
 
-__all__ = ["METHODS", "RungMoments", "rung_moments", "concat_moments"]
+__all__ = ["METHODS", "RungMoments", "rung_moments", "concat_moments", "check_rung_counts"]
 
 # name -> what it is; "cti" is controlled thermodynamic integration (Oates, Papamarkou and
 # Girolami 2016): zero-variance CVs at every rung, the polynomial order chosen on held-out draws as
@@ -72,7 +72,8 @@ def concat_moments(parts, order=None):
     return RungMoments(**merged, notes=[n for p in parts for n in p.notes])
 
 
-def _check_rungs(temperatures, loglik, samples, grad_loglik, grad_logprior, chain):
+def check_rung_counts(temperatures, loglik, samples, grad_loglik, grad_logprior, chain):
+    """One array per rung in every sequence (``chain`` may be None)."""
     w = len(temperatures)
     for name, seq in (("loglik", loglik), ("samples", samples), ("grad_loglik", grad_loglik),
                       ("grad_logprior", grad_logprior)):
@@ -80,6 +81,11 @@ def _check_rungs(temperatures, loglik, samples, grad_loglik, grad_logprior, chai
             raise ValueError(f"`{name}` holds {len(seq)} arrays for {w} temperatures; give one per rung.")
     if chain is not None and len(chain) != w:
         raise ValueError(f"`chain` holds {len(chain)} arrays for {w} temperatures; give one per rung or None.")
+
+
+def _check_rungs(temperatures, loglik, samples, grad_loglik, grad_logprior, chain):
+    check_rung_counts(temperatures, loglik, samples, grad_loglik, grad_logprior, chain)
+    w = len(temperatures)
     out = []
     for i in range(w):
         ll = np.asarray(loglik[i], dtype=float)

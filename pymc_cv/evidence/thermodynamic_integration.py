@@ -7,6 +7,10 @@ Three entry points share one estimator:
 - :func:`ti_from_draws` takes one InferenceData per rung that the user sampled;
 - :func:`ti_from_population` takes a population-MCMC run (all rungs in one InferenceData);
 - :func:`ti_from_arrays` takes plain arrays (what the Stan route produces).
+
+Where log p(y|x) has a lower tail of infinite variance at the first rungs (a prior with mass where
+the likelihood vanishes), E_t[log p(y|x)] is singular at t = 0: those rungs are crossed by
+stepping stones (:mod:`.stepping_stone`) and TI starts after them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import numpy as np
 from .ladder import power_ladder, refine_ladder
 from .quadrature import RULES, integrate, quadrature_error
 from .result import TIResult
-from .rung_moments import METHODS, concat_moments, rung_moments
+from .stepping_stone import SINGULAR_KHAT, singular_start, stepping_stone
+from .rung_moments import METHODS, check_rung_counts, concat_moments, rung_moments
 
 __all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_from_pystan", "ti_from_population"]
 
@@ -33,40 +38,73 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
         raise ValueError(f"method={method!r}; use one of {sorted(METHODS)}.")
     target_cess = _check_refine(refine, weights)
     start = time.perf_counter()
+    t = np.asarray(t, dtype=float)
+    check_rung_counts(t, loglik, samples, grad_loglik, grad_logprior, chain)
+    # where log p(y|x) has a lower tail of infinite variance, TI's integrand is singular: those rungs
+    # are crossed by stepping stones and TI starts after them (weighted SMC rungs are not judged)
+    head = min(singular_start(loglik), t.size - 2) if weights is None and t.size > 2 else 0
+    ts = t[head:]
+    head_loglik = list(loglik)[:head]
+    head_chain = None if chain is None else list(chain)[:head]
+    part = (lambda seq: None if seq is None else list(seq)[head:])
+    loglik, samples, grad_loglik, grad_logprior, chain, weights = map(
+        part, (loglik, samples, grad_loglik, grad_logprior, chain, weights))
     mom = moments  # fitted while the rungs were sampled (pipeline.GroupFitter)
+    if mom is not None and head:
+        mom = concat_moments([mom], np.arange(head, t.size))
     if mom is None:
         with progress_bar(progressbar) as bar:
-            task = bar.add_task(f"TI ({method})", completed=0, total=len(t))
-            mom = rung_moments(t, loglik, samples, grad_loglik, grad_logprior, chain=chain, method=method,
+            task = bar.add_task(f"TI ({method})", completed=0, total=len(ts))
+            mom = rung_moments(ts, loglik, samples, grad_loglik, grad_logprior, chain=chain, method=method,
                                group_size=group_size, B=B, progress=lambda k: bar.advance(task, k),
-                               random_seed=random_seed, weights=weights, **options)
-    sampled, source = t, None
+                               random_seed=random_seed, weights=weights, first_rung=head, **options)
+    sampled, source = ts, None
     if target_cess is not None:
-        t, mom, source = _refined(t, mom, (loglik, samples, grad_loglik, grad_logprior, chain), method,
-                                  target_cess, random_seed)
-    value, sampling_se = integrate(t, mom.mean, mom.var, mom.mean_se, mom.var_se, rule=rule, source=source,
-                                   mean_bias=mom.mean_bias, var_bias=mom.var_bias)
-    qerr = quadrature_error(t, mom.mean, mom.var, rule=rule)
-    mc_value, mc_sampling = integrate(t, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule,
-                                      source=source)
-    mc_qerr = quadrature_error(t, mom.mc_mean, mom.mc_var, rule=rule)
+        ts, mom, source = _refined(ts, mom, (loglik, samples, grad_loglik, grad_logprior, chain), method,
+                                   target_cess, random_seed)
+    whole = head == 0
+    value, sampling_se = integrate(ts, mom.mean, mom.var, mom.mean_se, mom.var_se, rule=rule, source=source,
+                                   mean_bias=mom.mean_bias, var_bias=mom.var_bias, from_prior=whole)
+    qerr = quadrature_error(ts, mom.mean, mom.var, rule=rule, from_prior=whole)
+    mc_value, mc_sampling = integrate(ts, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule,
+                                      source=source, from_prior=whole)
+    mc_qerr = quadrature_error(ts, mom.mc_mean, mom.mc_var, rule=rule, from_prior=whole)
     notes = list(mom.notes)
-    reliable = _judge(sampled, loglik, chain, mom, qerr, sampling_se, notes)
+    reliable = _judge(sampled, loglik, chain, mom, qerr, sampling_se, notes, first=head)
+    stones = None
+    if head:
+        stones = stepping_stone(t[:head + 1], head_loglik, head_chain)
+        value, mc_value = value + stones.log_evidence, mc_value + stones.log_evidence
+        sampling_se, mc_sampling = np.hypot(sampling_se, stones.se), np.hypot(mc_sampling, stones.se)
+        notes.append(_singular_note(t, head, stones, method))
+        if not stones.reliable:
+            reliable = False
+            notes.append(f"stepping stones: a step's importance weights have a Pareto k-hat above 0.7 "
+                         f"({np.nanmax(stones.khat):.2f}); their se may be too small. Add rungs near t = 0.")
     rule_name = "corrected trapezoid (Friel et al. 2014)" if rule == "corrected" else "trapezoid"
     return TIResult(
         log_evidence=value, se=float(np.hypot(sampling_se, np.nan_to_num(qerr))), sampling_se=sampling_se,
         quadrature_error=qerr, mc_log_evidence=mc_value, mc_se=float(np.hypot(mc_sampling, np.nan_to_num(mc_qerr))),
-        temperatures=np.asarray(t, dtype=float), moments=mom, method=method, rule=rule,
-        estimator=f"{METHODS[method]}; {rule_name}", seconds={"estimation": time.perf_counter() - start},
-        notes=notes, reliable=reliable,
+        temperatures=np.asarray(ts, dtype=float), moments=mom, method=method, rule=rule,
+        estimator=f"{METHODS[method]}; {rule_name}" + (f"; stepping stones below t = {t[head]:.3g}" if head else ""),
+        seconds={"estimation": time.perf_counter() - start}, notes=notes, reliable=reliable, stepping_stone=stones,
     )
 
 
-def _judge(t, loglik, chain, mom, qerr, sampling_se, notes):
-    """Whether the result's se can be trusted; the reasons when not go into ``notes``."""
+def _singular_note(t, head, stones, method):
+    return (f"log p(y|x) has a lower tail of infinite variance at the rungs below t = {t[head]:.3g} (Pareto "
+            f"k-hat above {SINGULAR_KHAT}): the prior puts mass where the likelihood vanishes (typically a scale "
+            "parameter near 0), so E_t[log p(y|x)] is singular at t = 0 and no quadrature over the ladder "
+            f"integrates it. Rungs 0-{head - 1} are crossed by stepping stones (log Z(t = {t[head]:.3g}) = "
+            f"{stones.log_evidence:.4g} +/- {stones.se:.2g}), TI ({method}) covers t >= {t[head]:.3g}.")
+
+
+def _judge(t, loglik, chain, mom, qerr, sampling_se, notes, first=0):
+    """Whether the result's se can be trusted; the reasons when not go into ``notes`` (rungs numbered
+    from ``first``, where these start in the sampled ladder)."""
     reliable = bool(np.all(mom.reliable))
     if not reliable:
-        bad = np.flatnonzero(~mom.reliable)
+        bad = np.flatnonzero(~mom.reliable) + first
         notes.append(f"rung(s) {bad.tolist()} have standard errors that may be too small (see the notes above).")
     if not np.isfinite(qerr):
         reliable = False
@@ -77,7 +115,7 @@ def _judge(t, loglik, chain, mom, qerr, sampling_se, notes):
     if stuck.size:
         reliable = False
         notes.append("chains disagree about E_t[log p(y|x)] at rung(s) "
-                     + ", ".join(f"{i} (t = {t[i]:.3g}, R-hat {rhat[i]:.2f})" for i in stuck[:8])
+                     + ", ".join(f"{i + first} (t = {t[i]:.3g}, R-hat {rhat[i]:.2f})" for i in stuck[:8])
                      + f"{', ...' if stuck.size > 8 else ''}: the power posterior there may have several "
                      "modes the chains did not mix between; the log evidence can be far off. Use more "
                      "tuning/draws or a population sampler.")
@@ -150,12 +188,14 @@ def _rung_rhat(loglik, chain):
 def _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=None,
                     moments=None, **seconds):
     """``_estimate`` on per-rung tuples (loglik, samples, grad_loglik, grad_logprior, chain), keeping
-    the draws in ``.draws`` so other estimators can be run on the same ones."""
+    the sampled rungs in ``.draws`` so other estimators can be run on the same ones
+    (``ti_from_arrays(**res.draws, ...)``; with ``refine=`` ``res.temperatures`` is the refined ladder)."""
     ll, X, gl, gp, ch = map(list, zip(*rungs))
     res = _estimate(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options,
                     refine=refine, moments=moments)
     res.seconds.update(seconds)
-    res.draws = {"loglik": ll, "samples": X, "grad_loglik": gl, "grad_logprior": gp, "chain": ch}
+    res.draws = {"temperatures": np.asarray(t, dtype=float), "loglik": ll, "samples": X, "grad_loglik": gl,
+                 "grad_logprior": gp, "chain": ch}
     return res
 
 
@@ -474,7 +514,7 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     method : {"vvcv", "cti", "cf", "secf", "auto", "mc"}
         Per-rung estimator (see :func:`ti_from_arrays`).  The draws depend only on
         ``random_seed`` and the ladder, never on ``method``: compare estimators on the same draws
-        with ``result.draws`` and :func:`ti_from_arrays`, or ``result.mc_log_evidence``.
+        with ``ti_from_arrays(**result.draws, method=...)``, or ``result.mc_log_evidence``.
     rule : {"corrected", "trapezoid"}
     sampler : {"nuts", "population", "smc"}
         "nuts": an independent NUTS run per rung.  "population": all rungs sampled together by
@@ -508,7 +548,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     -------
     TIResult
         ``.log_evidence``, ``.se``, per-rung moments in ``.moments``, and the draws in
-        ``.draws`` (keys loglik, samples, grad_loglik, grad_logprior, chain).
+        ``.draws`` (keys temperatures, loglik, samples, grad_loglik, grad_logprior, chain: the
+        arguments of :func:`ti_from_arrays` for the sampled rungs).
 
     Examples
     --------
