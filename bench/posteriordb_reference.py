@@ -9,6 +9,10 @@ the ESS of the mean, and the MCSE a 4 x 1,000 run of the same sampler has (from 
 bench can say on which rows the reference is precise enough to tell a CV error of 0.1x MCMC's.
 Each row is checked against posteriordb's own reference draws: z = difference / combined MCSE.
 
+With ``REF_EXTEND=1`` an existing reference is made more precise instead of remade: one more long run
+(a new seed, ``REF_DRAWS`` draws per chain) is pooled with it, each row's mean weighted by the inverse
+square of its MCSE (the runs are independent), and the pilot's ``mcse_4x1000`` is kept.
+
 Usage: python bench/posteriordb_reference.py [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
        (default: the whole set of bench/posteriordb_set.py).  Writes bench/data/posteriordb/NAME.json.
@@ -91,6 +95,38 @@ def make(pdb, name, max_draws, seconds):
     }
 
 
+def extend(pdb, name, draws, old):
+    """``old`` pooled with one more independent long run of ``draws`` per chain."""
+    p = pset.load(pdb, name)
+    runs = old["how"].get("runs") or [{k: old["how"][k] for k in ("draws_per_chain", "seed", "sampling_seconds")}]
+    seed = max(r["seed"] for r in runs) + 1
+    posterior, fit, t_long = _sample(p, draws, seed)
+    rows = {}
+    for label, values in _row_arrays(fit, posterior).items():
+        before, mcse = old["rows"][label], _mcse(values)
+        if before["mcse"] > 0 and mcse > 0:
+            w = np.array([before["mcse"] ** -2, mcse ** -2])
+            mean = float(w @ [before["mean"], values.mean()] / w.sum())
+            pooled = float(w.sum() ** -0.5)
+        else:
+            mean, pooled = float(values.mean()), 0.0
+        n_old = 4 * sum(r["draws_per_chain"] for r in runs)
+        sd = float(np.sqrt((n_old * before["sd"] ** 2 + values.size * values.var()) / (n_old + values.size)))
+        ess = before.get("ess_mean", float("nan")) + (
+            float(compat.ess_mean(values)) if np.ptp(values) > 0 else float("nan"))
+        rows[label] = {"mean": mean, "mcse": pooled, "sd": sd, "ess_mean": ess,
+                       "mcse_4x1000": before["mcse_4x1000"]}
+    runs = runs + [{"draws_per_chain": draws, "seed": seed, "sampling_seconds": round(t_long, 1)}]
+    how = dict(old["how"], runs=runs,
+               draws_per_chain=sum(r["draws_per_chain"] for r in runs),
+               sampling_seconds=round(sum(r["sampling_seconds"] for r in runs), 1),
+               seed=[r["seed"] for r in runs],
+               pooling="independent runs of 4 chains each, means weighted by 1 / mcse^2",
+               date=datetime.date.today().isoformat())
+    return {"name": name, "how": how, "rows": rows,
+            "posteriordb_check": pset.posteriordb_check(rows, p.reference_draws)}
+
+
 def describe(ref):
     rows = ref["rows"].values()
     ratio = np.array([r["mcse"] / r["mcse_4x1000"] for r in rows if r["mcse_4x1000"] > 0])
@@ -114,8 +150,13 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     lines = []
     for name in names:
-        ref = make(pdb, name, max_draws, seconds)
-        with open(os.path.join(OUT, f"{name}.json"), "w") as fh:
+        path = os.path.join(OUT, f"{name}.json")
+        if os.environ.get("REF_EXTEND") == "1":
+            with open(path) as fh:
+                ref = extend(pdb, name, max_draws, json.load(fh))
+        else:
+            ref = make(pdb, name, max_draws, seconds)
+        with open(path, "w") as fh:
             json.dump(ref, fh, indent=1)
         lines.append(describe(ref))
         print(lines[-1], flush=True)
