@@ -205,7 +205,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     pandas.DataFrame, or (DataFrame, dict) with ``return_results=True``
         Index like ``az.summary`` (``theta[0]``); columns ``mean``, ``mcse_mean`` (plain MCMC, as
         ArviZ computes them), ``cv_mean``, ``cv_mcse``, ``variance_reduction`` ((mcse/cv mcse)^2 on
-        held-out draws), ``method`` and ``se_reliable``.  ``table.attrs["cv_results"]`` maps each
+        held-out draws), ``cv_ess`` (var(f) / cv_mcse^2: the number of independent draws the
+        reported estimate is worth, to read beside ArviZ's ``ess_bulk``), ``method`` and
+        ``se_reliable``.  ``table.attrs["cv_results"]`` maps each
         row to its ``(CVResult, index)``, for :func:`pymc_cv.plots.plot_cv_fit`;
         ``table.attrs["notes"]`` holds what concerns every row (divergences, the score check),
         also issued as warnings.
@@ -555,6 +557,18 @@ def _with_convergence(records, every_row, results, divergent):
     return out, notes
 
 
+def _cv_ess(table, results):
+    """var(f) / cv_mcse^2 per row: how many independent draws the reported estimate is worth (ArviZ's
+    ess_bulk where the row fell back to MC); nan for a constant row."""
+    out = np.full(len(table), np.nan)
+    for i, (label, se) in enumerate(zip(table.index, table["cv_mcse"])):
+        res, t = results[label]
+        var = float(np.var(res.values[t], ddof=1))
+        if var > 0 and se > 0:
+            out[i] = var / se**2
+    return out
+
+
 def _table(records, results, notes):
     """The DataFrame of ``records``; notes that concern every row flag every row's se (``notes``
     a list of those, or {"all": those, "rows": notes of single rows, already applied})."""
@@ -565,6 +579,7 @@ def _table(records, results, notes):
     table.index.name = None
     if wide:
         table["se_reliable"] = False
+    table.insert(table.columns.get_loc("variance_reduction") + 1, "cv_ess", _cv_ess(table, results))
     table.attrs["cv_results"] = results
     table.attrs["notes"] = list(wide) + list(rows)
     return table

@@ -99,7 +99,18 @@ def test_summary_rows_are_labelled_like_arviz(hierarchical):
     table = pymc_cv.summary(idata, model=model, var_names=["mu", "theta"], method="zv1", progressbar=False)
     ref = az.summary(idata, var_names=["mu", "theta"], kind="stats")
     assert list(table.index) == list(ref.index)
-    assert {"mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "method"} <= set(table.columns)
+    assert {"mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "cv_ess", "method"} <= set(table.columns)
+
+
+def test_cv_ess_is_what_the_cv_estimate_is_worth_in_independent_draws(hierarchical):
+    model, idata = hierarchical
+    table = pymc_cv.summary(idata, model=model, var_names=["mu", "theta"], progressbar=False)
+    sd = az.summary(idata, var_names=["mu", "theta"], kind="stats", round_to="none")["sd"]
+    np.testing.assert_allclose(table["cv_ess"], sd**2 / table["cv_mcse"] ** 2, rtol=1e-6)
+    # where the CV beat MC its estimate is worth more draws than ArviZ's ESS of the plain mean says
+    ess_mean = (sd / table["mcse_mean"]) ** 2
+    helped = table["method"] != "mc"
+    assert helped.any() and np.all(table.loc[helped, "cv_ess"] > ess_mean[helped])
 
 
 def test_default_rows_are_every_posterior_variable_like_arviz(hierarchical):
