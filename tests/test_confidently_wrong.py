@@ -95,6 +95,26 @@ def test_ti_flags_a_rung_whose_chains_disagree():
     assert any("chains disagree" in n and "rung(s) 2 " in n for n in res.notes)
 
 
+def test_ti_does_not_flag_converged_short_chains_by_chance():
+    """31 rungs of 2 chains x 100 autocorrelated (AR(1), 0.5) exact draws: at a fixed R-hat limit of
+    1.05 some rung of nearly every such ladder looked stuck."""
+    t = power_ladder(31)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        xs = []
+        for ti in t:
+            e = rng.normal(size=(2, 100))
+            x = np.empty((2, 100))
+            x[:, 0] = e[:, 0]
+            for k in range(1, 100):
+                x[:, k] = 0.5 * x[:, k - 1] + np.sqrt(0.75) * e[:, k]
+            xs.append((x.reshape(-1) / np.sqrt(1 + ti))[:, None])
+        ll = [-0.5 * np.log(2 * np.pi) - 0.5 * x[:, 0] ** 2 for x in xs]
+        res = pymc_cv.ti_from_arrays(t, ll, xs, [-x for x in xs], [-x for x in xs], method="mc",
+                                     chain=[np.repeat([0, 1], 100)] * t.size, check_scores=False)
+        assert not any("chains disagree" in n for n in res.notes), res.notes
+
+
 # -- repeated draws ------------------------------------------------------------------------------
 
 def test_repeated_draws_share_a_fold():
