@@ -544,10 +544,11 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         With ``sampler="population"``: move the rungs before sampling so that neighbours exchange
         states equally often (see :func:`pymc_cv.sample_population`).  Experimental for the
         evidence: the result's notes say why.
-    refine : None, True or float in (0, 1)
+    refine : None, bool or float in (0, 1)
         After sampling, reweight the draws onto a finer ladder where neighbouring rungs have a
-        conditional ESS below this target (see :func:`ti_from_arrays`); no new sampling.  Useful
-        with ``sampler="smc"``, whose stages are few.
+        conditional ESS below this target (see :func:`ti_from_arrays`); no new sampling.  None
+        (default): True with ``sampler="smc"``, whose stages are few (README model, 3 seeds: errors
+        0.16-0.35 nats with the stages alone, 0.03-0.08 refined), off otherwise; False: off.
     client : dask.distributed.Client, optional
         Sample the rungs (``sampler="nuts"``) or the chains (``sampler="population"``, whose
         walkers are coupled) on the cluster's workers; the same seed gives the same numbers
@@ -591,6 +592,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     if check_client(client) is not None and sampler == "smc":
         raise ValueError("client= distributes rungs (sampler='nuts') or chains (sampler='population'); the "
                          "stages of SMC depend on each other. Drop client or choose another sampler.")
+    if refine is None and sampler == "smc":
+        refine = True
     start = time.perf_counter()
     # with a client the workers compile what they sample with, and NUTS rungs come back with their
     # gradients: nothing to compile here then (the workers start on the rungs sooner)
