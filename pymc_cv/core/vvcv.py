@@ -28,7 +28,7 @@ from .polynomial import n_polynomial_features
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
-from .tuning import subsample_per_task, tune_marginal_likelihood
+from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .uncertainty import heavy_tail_note
 from .validation import (
     check_B,
@@ -43,12 +43,14 @@ from .validation import (
 __all__ = ["vvcv_estimate"]
 
 
-def _poly_order(poly_order, m_min, T, d, n_total):
+def _poly_order(poly_order, m_min, T, d, n_total, n_tune):
+    """The Stein polynomial order: with "auto" the highest (up to 2) whose coefficients are at most a
+    third of each task's draws, of all draws, and of the draws the hyperparameters are tuned on."""
     if poly_order != "auto":
         return int(poly_order)
     for order in (2, 1):
         q1 = 1 + n_polynomial_features(d, order)
-        if q1 <= m_min // 3 and T * q1 <= n_total // 3:
+        if q1 <= m_min // 3 and T * q1 <= min(n_total, n_tune) // 3:
             return order
     return 0
 
@@ -221,7 +223,8 @@ def vvcv_estimate(
     yst = [(y - loc) / sc for y, loc, sc in zip(ys, locs, scales)]
     m = np.array([y.size for y in ys])
     N = int(m.sum())
-    order = _poly_order(poly_order, int(m.min()), 1 if shared else T, d, int(m[0]) if shared else N)
+    n_fit = int(m[0]) if shared else N
+    order = _poly_order(poly_order, int(m.min()), 1 if shared else T, d, n_fit, tune_points(max_tune_points, n_fit))
     kern0 = make_kernel(kernel, d, np.concatenate(Zs[:1] if shared else Zs), ard=ard)
 
     use_shared = shared and solver in ("auto", "shared") and T > 1

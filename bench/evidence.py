@@ -1,0 +1,207 @@
+"""Log evidence on models people write, against quadrature: TI with its defaults, every sampler.
+
+Models (each with a scale parameter whose prior has mass near 0, so TI's integrand is singular at
+t = 0 on all of them), log p(y) by quadrature after integrating the Gaussian parts in closed form:
+
+- readme: the README's model, mu ~ N(0, 10), sigma ~ HalfNormal(5), 50 observations;
+- eight_schools_nc / eight_schools_c: eight schools, non-centred and centred (mu ~ N(0, 5),
+  tau ~ HalfCauchy(5)); y ~ N(mu 1, diag(s^2 + tau^2) + 25 11') given tau;
+- varying_intercept: 6 groups x 5 observations, a_j ~ N(mu, tau), mu ~ N(0, 5), tau ~ HalfNormal(2),
+  sigma ~ HalfNormal(2); 2-d quadrature over (tau, sigma);
+- heavy_tailed: 30 observations, mu ~ StudentT(3, 0, 10), sigma ~ HalfCauchy(2.5); 2-d quadrature.
+
+Per model, sampler ("nuts", "population", "smc") and seed: ``thermodynamic_integration(model,
+sampler=..., random_seed=seed)`` with every other argument at its default; the error of the reported
+estimate and of plain TI (``mc_log_evidence``) in nats, |error| / se, whether it is flagged, seconds.
+Beside it, PyMC's own SMC (``pm.sample_smc``, 2 chains, its default draws) and its log marginal
+likelihood (mean over chains), as an anchor.  Not in the set: a logistic regression (no quadrature
+reference here; it needs a long importance-sampling run).
+
+Usage: python bench/evidence.py [SEEDS] [MODEL ...] [--samplers nuts,population,smc]
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+
+import numpy as np
+from scipy import integrate, stats
+from scipy.special import logsumexp
+
+warnings.simplefilter("ignore")
+logging.getLogger("pymc").setLevel(logging.ERROR)
+
+import pymc as pm  # noqa: E402
+
+import pymc_cv  # noqa: E402
+
+SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+SCHOOLS_S = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def _mvn_logpdf(y, cov):
+    return stats.multivariate_normal(np.zeros(y.size), cov).logpdf(y)
+
+
+def _quad_log(f, lo, hi, **kw):
+    """log of int f over [lo, hi] for f given as a log density: the integrand is shifted by its peak."""
+    grid = np.linspace(lo, hi, 2001)
+    peak = max(f(g) for g in grid)
+    value, _ = integrate.quad(lambda u: np.exp(f(u) - peak), lo, hi, limit=500, epsabs=0, epsrel=1e-10, **kw)
+    return np.log(value) + peak
+
+
+def readme():
+    y = np.random.default_rng(0).normal(1.0, 2.0, size=50)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        sigma = pm.HalfNormal("sigma", 5)
+        pm.Normal("y", mu, sigma, observed=y)
+    ones = np.ones((y.size, y.size))
+
+    def log_marginal(log_sigma):  # over log sigma, with the Jacobian
+        s = np.exp(log_sigma)
+        return _mvn_logpdf(y, s**2 * np.eye(y.size) + 100 * ones) + stats.halfnorm.logpdf(s, scale=5) + log_sigma
+
+    return model, _quad_log(log_marginal, -4, 4)
+
+
+def _schools(centred):
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfCauchy("tau", 5)
+        if centred:
+            theta = pm.Normal("theta", mu, tau, shape=8)
+        else:
+            eta = pm.Normal("eta", 0, 1, shape=8)
+            theta = pm.Deterministic("theta", mu + tau * eta)
+        pm.Normal("y", theta, SCHOOLS_S, observed=SCHOOLS_Y)
+
+    def log_marginal(log_tau):
+        t = np.exp(log_tau)
+        cov = np.diag(SCHOOLS_S**2 + t**2) + 25 * np.ones((8, 8))
+        return _mvn_logpdf(SCHOOLS_Y, cov) + stats.halfcauchy.logpdf(t, scale=5) + log_tau
+
+    return model, _quad_log(log_marginal, -25, 12)
+
+
+def eight_schools_nc():
+    return _schools(False)
+
+
+def eight_schools_c():
+    return _schools(True)
+
+
+def varying_intercept():
+    rng = np.random.default_rng(3)
+    J, n = 6, 5
+    group = np.repeat(np.arange(J), n)
+    y = rng.normal(1.0, 1.0, J)[group] + rng.normal(0, 0.8, J * n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfNormal("tau", 2)
+        sigma = pm.HalfNormal("sigma", 2)
+        a = pm.Normal("a", mu, tau, shape=J)
+        pm.Normal("y", a[group], sigma, observed=y)
+    same = (group[:, None] == group[None, :]).astype(float)
+
+    def log_marginal(log_tau, log_sigma):
+        s, t = np.exp(log_sigma), np.exp(log_tau)
+        cov = s**2 * np.eye(y.size) + t**2 * same + 25.0
+        return (_mvn_logpdf(y, cov) + stats.halfnorm.logpdf(t, scale=2) + stats.halfnorm.logpdf(s, scale=2)
+                + log_sigma + log_tau)
+
+    return model, _dblquad_log(log_marginal, (-20, 4), (-4, 3))
+
+
+def heavy_tailed():
+    y = np.random.default_rng(4).standard_t(4, size=30) * 1.5 + 2.0
+    with pm.Model() as model:
+        mu = pm.StudentT("mu", nu=3, mu=0, sigma=10)
+        sigma = pm.HalfCauchy("sigma", 2.5)
+        pm.Normal("y", mu, sigma, observed=y)
+
+    def log_joint(mu, log_sigma):
+        s = np.exp(log_sigma)
+        return (stats.norm.logpdf(y, mu, s).sum() + stats.t.logpdf(mu, 3, 0, 10)
+                + stats.halfcauchy.logpdf(s, scale=2.5) + log_sigma)
+
+    return model, _dblquad_log(log_joint, (-10, 15), (-4, 4))
+
+
+def _dblquad_log(f, inner, outer):
+    """log int int exp f(u, v) du dv, u over ``inner`` and v over ``outer``, shifted by a grid peak."""
+    u, v = np.linspace(*inner, 201), np.linspace(*outer, 201)
+    peak = max(f(a, b) for a in u[::5] for b in v[::5])
+    value, _ = integrate.dblquad(lambda a, b: np.exp(f(a, b) - peak), outer[0], outer[1], inner[0], inner[1],
+                                 epsabs=0, epsrel=1e-8)
+    return np.log(value) + peak
+
+
+MODELS = {f.__name__: f for f in (readme, eight_schools_nc, eight_schools_c, varying_intercept, heavy_tailed)}
+
+
+def pymc_smc(model, seed):
+    t0 = time.perf_counter()
+    with model:
+        idata = pm.sample_smc(chains=2, random_seed=seed, progressbar=False, compute_convergence_checks=False)
+    lml = np.asarray(idata.sample_stats["log_marginal_likelihood"])
+    # PyMC keeps one value per stage for some versions: the last finite one per chain is the estimate
+    per_chain = [np.asarray([v for v in np.ravel(c) if np.isfinite(v)])[-1] for c in lml.reshape(lml.shape[0], -1)]
+    return float(logsumexp(per_chain) - np.log(len(per_chain))), time.perf_counter() - t0
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    seeds = int(args.pop(0)) if args and args[0].isdigit() else 3
+    names = args or list(MODELS)
+    samplers = ["nuts", "population", "smc"]
+    for a in sys.argv[1:]:
+        if a.startswith("--samplers="):
+            samplers = a.split("=", 1)[1].split(",")
+    rows = []
+    for name in names:
+        model, truth = MODELS[name]()
+        print(f"{name}: log p(y) = {truth:.4f} (quadrature)", flush=True)
+        anchor = [pymc_smc(model, s) for s in range(seeds)]
+        for sampler in samplers:
+            runs = []
+            for seed in range(seeds):
+                t0 = time.perf_counter()
+                try:
+                    res = pymc_cv.thermodynamic_integration(model, sampler=sampler, random_seed=seed,
+                                                            progressbar=False)
+                except Exception as exc:  # a failure is a result of the bench, reported in its row
+                    print(f"  {sampler} seed {seed}: {type(exc).__name__}: {exc}", flush=True)
+                    runs.append(None)
+                    continue
+                sec = time.perf_counter() - t0
+                err = res.log_evidence - truth
+                runs.append((err, abs(err) / res.se, not res.reliable, res.mc_log_evidence - truth, sec))
+                print(f"  {sampler} seed {seed}: error {err:+.4f} se {res.se:.3g} flagged {not res.reliable} "
+                      f"plain TI {res.mc_log_evidence - truth:+.3f} {sec:.0f} s", flush=True)
+                for note in res.notes if not res.reliable else ():
+                    print(f"    note: {note[:160]}", flush=True)
+            ok = [r for r in runs if r is not None]
+            arr = np.array(ok) if ok else np.empty((0, 5))
+            good = (np.abs(arr[:, 0]) <= 0.1) & (arr[:, 1] <= 3) & (arr[:, 2] == 0) if ok else np.array([])
+            smc_err = np.array([a[0] - truth for a in anchor])
+            rows.append(
+                f"| {name} | {sampler} | {len(runs) - len(ok)} | {np.median(np.abs(arr[:, 0])) if ok else np.nan:.3f} "
+                f"| {np.max(arr[:, 1]) if ok else np.nan:.1f} | {int(np.sum(arr[:, 2])) if ok else 0} "
+                f"| {int(np.sum((arr[:, 1] > 3) & (arr[:, 2] == 0))) if ok else 0} | {int(good.sum())}/{len(runs)} "
+                f"| {np.median(np.abs(arr[:, 3])) if ok else np.nan:.3f} | {np.median(arr[:, 4]) if ok else np.nan:.0f} "
+                f"| {np.median(np.abs(smc_err)):.3f} | {np.median([a[1] for a in anchor]):.0f} |")
+    print(f"\n{seeds} seeds per cell; errors in nats against quadrature\n")
+    print("| model | sampler | failed | median abs error | max abs error / se | flagged | > 3 se, not flagged "
+          "| within 0.1 and 3 se, not flagged | plain TI median abs error | median s | PyMC SMC median abs error "
+          "| PyMC SMC s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
