@@ -410,3 +410,25 @@ def test_stepping_stones_cross_the_singular_prior_end(seed):
     # the whole ladder by stepping stones agrees too (a check of the estimator on its own)
     whole = stepping_stone(d["temperatures"], d["loglik"])
     assert abs(whole.log_evidence - truth) < 3 * whole.se
+
+
+@pytest.mark.slow
+def test_smc_particles_that_miss_a_stage_are_an_error_that_names_smc():
+    """A varying-intercept model: PyMC's SMC takes few stages, and its particles at t = 1 fail the Stein
+    identities by 10 se; the error says the particles, not the scores, are at fault."""
+    import pymc as pm
+
+    import pymc_cv
+    from pymc_cv.core.score_check import ScoreMismatchError
+
+    rng = np.random.default_rng(3)
+    group = np.repeat(np.arange(6), 5)
+    y = rng.normal(1.0, 1.0, 6)[group] + rng.normal(0, 0.8, 30)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfNormal("tau", 2)
+        sigma = pm.HalfNormal("sigma", 2)
+        a = pm.Normal("a", mu, tau, shape=6)
+        pm.Normal("y", a[group], sigma, observed=y)
+    with pytest.raises(ScoreMismatchError, match="PyMC's SMC particles"):
+        pymc_cv.thermodynamic_integration(model, sampler="smc", random_seed=0, progressbar=False)

@@ -21,6 +21,7 @@ import numpy as np
 
 from .ladder import power_ladder, refine_ladder
 from .quadrature import RULES, integrate, quadrature_error
+from ..core.score_check import ScoreMismatchError
 from .result import TIResult
 from .stepping_stone import SINGULAR_KHAT, singular_start, stepping_stone
 from .rung_moments import METHODS, check_rung_counts, concat_moments, rung_moments
@@ -626,9 +627,19 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
                                on_rung=None if fitter is None else fitter.add)
         if fitter is not None:
             moments = fitter.moments()
-    return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
-                           0 if random_seed is None else random_seed, options, refine=refine, moments=moments,
-                           sampling=time.perf_counter() - start, compile=compile_seconds)
+    try:
+        return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
+                               0 if random_seed is None else random_seed, options, refine=refine, moments=moments,
+                               sampling=time.perf_counter() - start, compile=compile_seconds)
+    except ScoreMismatchError as err:
+        if sampler != "smc":
+            raise
+        # the scores come from the model itself here: what fails is that the particles of a stage
+        # do not follow its power posterior
+        raise ScoreMismatchError(
+            f"{err} With sampler='smc' the scores are the model's own: PyMC's SMC particles at that stage do not "
+            f"follow the power posterior (its {len(t)} stages are too coarse for this model, or its particles too "
+            "few). Use sampler='nuts' or 'population', or more draws.") from err
 
 
 def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_cess, max_rungs, progressbar,
