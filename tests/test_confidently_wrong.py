@@ -115,6 +115,21 @@ def test_ti_does_not_flag_converged_short_chains_by_chance():
         assert not any("chains disagree" in n for n in res.notes), res.notes
 
 
+def test_stuck_chains_are_flagged_by_the_array_estimators():
+    """A Lotka-Volterra replication (2 x 250 NUTS draws) with R-hat 1.5: MCMC error 50, the vv-CV's 58, and
+    vvcv_estimate said se_reliable=True.  Chains that disagree beyond chance are flagged; converged ones not."""
+    rng = np.random.default_rng(0)
+    chain = np.repeat([0, 1], 250)
+    x = np.concatenate([ar1_chain(rng, 250, 0.5), ar1_chain(rng, 250, 0.5) + 2.0])[:, None]
+    res = pymc_cv.cv_estimate(np.column_stack([x[:, 0], x[:, 0] ** 2]), x, -x, chain=chain, check_scores=False)
+    assert not res.se_reliable.any() and any("chains disagree" in n for n in res.notes)
+    vv = pymc_cv.vvcv_estimate([x[:, 0], x[:, 0] ** 2], [x, x], [-x, -x], chain=[chain, chain], check_scores=False)
+    assert not vv.se_reliable.any()
+    y = np.concatenate([ar1_chain(rng, 250, 0.5), ar1_chain(rng, 250, 0.5)])[:, None]
+    ok = pymc_cv.cv_estimate(y[:, 0], y, -y, chain=chain)
+    assert bool(ok.se_reliable) and not any("chains disagree" in n for n in ok.notes)
+
+
 # -- repeated draws ------------------------------------------------------------------------------
 
 def test_repeated_draws_share_a_fold():

@@ -25,6 +25,7 @@ from .kernels import KERNEL_NAMES, make_kernel
 from .linalg import loo_residuals, restricted_loglik
 from .nystrom import choose_inducing
 from .polynomial import n_polynomial_features
+from .mixing import unmixed_columns, unmixed_note
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
@@ -377,6 +378,8 @@ def cv_estimate(
         res.mark_unreliable(tail_note, res.method != "mc")
     if score_note:
         res.mark_unreliable(score_note)
+    for j, (rhat, limit) in unmixed_columns(Y, chain).items():
+        res.mark_unreliable(unmixed_note(f"integrand {j}", rhat, limit), j)
     if one_d:
         for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
                     "khat", "jackknife_bias"):

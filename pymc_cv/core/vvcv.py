@@ -25,6 +25,7 @@ from .kernels import KERNEL_NAMES, make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
+from .mixing import unmixed_columns, unmixed_note
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
@@ -263,6 +264,9 @@ def vvcv_estimate(
                                 (res.method != "mc") if shared else t)
     for t, note in score_notes.items():
         res.mark_unreliable(note, slice(None) if shared else t)
+    for t in range(T):
+        for _, (rhat, limit) in unmixed_columns(ys[t], chains[t]).items():
+            res.mark_unreliable(unmixed_note(f"task {t}", rhat, limit), t)
     # the task matrix of the candidate most tasks report (the MC fallback has none)
     chosen = [h for h in res.hyperparameters if h is not None] or [cands[0].info]
     res.B = max(chosen, key=lambda h: sum(g is h for g in chosen))["B"]
