@@ -23,9 +23,9 @@ from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout
 from .kernels import KERNEL_NAMES, make_kernel
 from .linalg import loo_residuals, restricted_loglik
+from .mixing import unmixed_columns, unmixed_note
 from .nystrom import choose_inducing
 from .polynomial import n_polynomial_features
-from .mixing import unmixed_columns, unmixed_note
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
@@ -373,13 +373,7 @@ def cv_estimate(
     candidates = [_rescale(c, loc, scale) for c in candidates]
     res = finalize(Y, chain, candidates, choose="first" if strict else "best",
                    fallback=not strict, notes=notes, standardizer=std if return_fit else None)
-    tail_note = heavy_tail_note(X) if check_tails else None
-    if tail_note:
-        res.mark_unreliable(tail_note, res.method != "mc")
-    if score_note:
-        res.mark_unreliable(score_note)
-    for j, (rhat, limit) in unmixed_columns(Y, chain).items():
-        res.mark_unreliable(unmixed_note(f"integrand {j}", rhat, limit), j)
+    _mark_input_findings(res, X, Y, chain, score_note, check_tails)
     if one_d:
         for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
                     "khat", "jackknife_bias"):
@@ -387,3 +381,15 @@ def cv_estimate(
         if res.fits is not None:
             res.fits = res.fits[0]
     return res
+
+
+def _mark_input_findings(res, X, Y, chain, score_note, check_tails):
+    """What the checks of the inputs found, on the result: heavy-tailed draws (the CV estimates only),
+    scores that fail the Stein check, chains that have not mixed (per integrand)."""
+    tail_note = heavy_tail_note(X) if check_tails else None
+    if tail_note:
+        res.mark_unreliable(tail_note, res.method != "mc")
+    if score_note:
+        res.mark_unreliable(score_note)
+    for j, (rhat, limit) in unmixed_columns(Y, chain).items():
+        res.mark_unreliable(unmixed_note(f"integrand {j}", rhat, limit), j)

@@ -23,9 +23,9 @@ from .heldout import fold_labels, jackknife_bias
 from .kernel_cv import fit_exact_heldout
 from .kernels import KERNEL_NAMES, make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
+from .mixing import unmixed_columns, unmixed_note
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
-from .mixing import unmixed_columns, unmixed_note
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small

@@ -15,16 +15,17 @@ stepping stones (:mod:`.stepping_stone`) and TI starts after them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
 
+from ..core.score_check import ScoreMismatchError
 from .ladder import power_ladder, refine_ladder
 from .quadrature import RULES, integrate, quadrature_error
-from ..core.score_check import ScoreMismatchError
 from .result import TIResult
-from .stepping_stone import SINGULAR_KHAT, singular_start, stepping_stone
 from .rung_moments import METHODS, check_rung_counts, concat_moments, rung_moments
+from .stepping_stone import SINGULAR_KHAT, singular_start, stepping_stone
 
 __all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_arrays", "ti_from_pystan", "ti_from_population"]
 
@@ -47,9 +48,9 @@ def _estimate(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rul
     ts = t[head:]
     head_loglik = list(loglik)[:head]
     head_chain = None if chain is None else list(chain)[:head]
-    part = (lambda seq: None if seq is None else list(seq)[head:])
-    loglik, samples, grad_loglik, grad_logprior, chain, weights = map(
-        part, (loglik, samples, grad_loglik, grad_logprior, chain, weights))
+    loglik, samples, grad_loglik, grad_logprior, chain, weights = (
+        None if seq is None else list(seq)[head:]
+        for seq in (loglik, samples, grad_loglik, grad_logprior, chain, weights))
     mom = moments  # fitted while the rungs were sampled (pipeline.GroupFitter)
     if mom is not None and head:
         mom = concat_moments([mom], np.arange(head, t.size))
@@ -593,8 +594,7 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     if check_client(client) is not None and sampler == "smc":
         raise ValueError("client= distributes rungs (sampler='nuts') or chains (sampler='population'); the "
                          "stages of SMC depend on each other. Drop client or choose another sampler.")
-    if refine is None and sampler == "smc":
-        refine = True
+    refine = True if refine is None and sampler == "smc" else refine
     start = time.perf_counter()
     # with a client the workers compile what they sample with, and NUTS rungs come back with their
     # gradients: nothing to compile here then (the workers start on the rungs sooner)
@@ -627,18 +627,24 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
                                on_rung=None if fitter is None else fitter.add)
         if fitter is not None:
             moments = fitter.moments()
-    try:
+    with _smc_particles_named(sampler, len(t)):
         return _estimate_rungs(t, rungs, method, rule, group_size, B, progressbar,
                                0 if random_seed is None else random_seed, options, refine=refine, moments=moments,
                                sampling=time.perf_counter() - start, compile=compile_seconds)
+
+
+@contextlib.contextmanager
+def _smc_particles_named(sampler, stages):
+    """With SMC stages as rungs the scores are the model's own: a failed Stein check means that the
+    particles of a stage do not follow its power posterior, and the error says so."""
+    try:
+        yield
     except ScoreMismatchError as err:
         if sampler != "smc":
             raise
-        # the scores come from the model itself here: what fails is that the particles of a stage
-        # do not follow its power posterior
         raise ScoreMismatchError(
             f"{err} With sampler='smc' the scores are the model's own: PyMC's SMC particles at that stage do not "
-            f"follow the power posterior (its {len(t)} stages are too coarse for this model, or its particles too "
+            f"follow the power posterior (its {stages} stages are too coarse for this model, or its particles too "
             "few). Use sampler='nuts' or 'population', or more draws.") from err
 
 
