@@ -11,7 +11,9 @@ whose MCMC error is above 3 reference MCSE (only these enter the error ratios, s
 the reference cannot tell); median and worst |CV error| / |MCMC error| over told rows; 2-se
 coverage of the CV intervals (CV se and reference MCSE combined) over all rows; "far": rows more
 than 4 combined se off, and how many of those were flagged ``se_reliable=False``; flagged rows;
-"precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.
+"precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.  The same for the sd
+(rows told, median |CV sd error| / |MCMC sd error|, 2-se coverage of ``cv_sd``), and the median
+``cv_ess / ess_bulk``.
 
 Usage: python bench/posteriordb.py [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
@@ -60,7 +62,36 @@ def _errors(table, ref):
             ratios.append(cv_err / mc_err)
     return {"told": len(ratios), "median": float(np.median(ratios)) if ratios else float("nan"),
             "worst": float(np.max(ratios)) if ratios else float("nan"), "coverage": float(np.mean(covered)),
-            "far": far, "far_flagged": far_flagged, "precise": float(np.mean(precise)) if precise else float("nan")}
+            "far": far, "far_flagged": far_flagged, "precise": float(np.mean(precise)) if precise else float("nan"),
+            **_sd_errors(table, ref)}
+
+
+def _ref_sd_se(r):
+    """The reference sd's own se: 0 for the exact references, sd / sqrt(2 ESS) for the long runs
+    (the Gaussian value; it is only used to leave out rows the reference cannot tell)."""
+    ess = r.get("ess_mean")
+    return 0.0 if ess is None else r["sd"] / np.sqrt(2.0 * ess) if np.isfinite(ess) and ess > 0 else 0.0
+
+
+def _sd_errors(table, ref):
+    """As for the mean, for the sd: median |CV sd error| / |MCMC sd error| over rows the reference
+    tells, 2-se coverage of cv_sd, and the median cv_ess / ess_bulk."""
+    ratios, covered = [], []
+    for lab in table.index:
+        r = ref[lab]
+        if r["sd"] == 0:
+            continue
+        ref_se = _ref_sd_se(r)
+        mc_err = abs(table.loc[lab, "sd"] - r["sd"])
+        cv_err = abs(table.loc[lab, "cv_sd"] - r["sd"])
+        covered.append(cv_err <= 2 * np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se))
+        if mc_err > 3 * ref_se:
+            ratios.append(cv_err / mc_err)
+    ess = (table["cv_ess"] / table["ess_bulk"]).to_numpy(dtype=float)
+    ess = ess[np.isfinite(ess)]
+    return {"sd_told": len(ratios), "sd_median": float(np.median(ratios)) if ratios else float("nan"),
+            "sd_coverage": float(np.mean(covered)) if covered else float("nan"),
+            "cv_ess_ratio": float(np.median(ess)) if ess.size else float("nan")}
 
 
 def _forget_fits(model_name):
@@ -119,18 +150,20 @@ def _in_subprocess(pdb, name, timeout):
 
 
 HEADER = ("| posterior | d | rows | Stan s | from_pystan s | summary s | from_pystan / Stan | summary / Stan | methods "
-          "| told | median CV/MCMC error | worst | 2-se coverage | far (flagged) | flagged | divergent | precise |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| told | median CV/MCMC error | worst | 2-se coverage | far (flagged) | flagged | divergent | precise "
+          "| sd told | median CV/MCMC sd error | sd 2-se coverage | cv_ess / ess_bulk |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def line(r):
     if "error" in r:
-        return f"| {r['name']} | {r.get('error')} |" + " |" * 15
+        return f"| {r['name']} | {r.get('error')} |" + " |" * 19
     meth = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items(), key=lambda kv: -kv[1]))
     return (f"| {r['name']} | {r['d']} | {r['rows']} | {r['stan']:.1f} | {r['convert']:.1f} | {r['summary']:.1f} "
             f"| {r['convert'] / r['stan']:.2f} | {r['summary'] / r['stan']:.2f} | {meth} | {r['told']} "
             f"| {r['median']:.2g} | {r['worst']:.2g} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
-            f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} |")
+            f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} | {r['sd_told']} | {r['sd_median']:.2g} "
+            f"| {r['sd_coverage']:.0%} | {r['cv_ess_ratio']:.3g} |")
 
 
 def overall(results):
@@ -141,10 +174,15 @@ def overall(results):
     cov = sum(r["coverage"] * r["rows"] for r in ok) / rows
     medians = [r["median"] for r in ok if np.isfinite(r["median"])]
     ratio = [r["summary"] / r["stan"] for r in ok]
+    sd_cov = sum(r["sd_coverage"] * r["rows"] for r in ok if np.isfinite(r["sd_coverage"])) / rows
+    sd_medians = [r["sd_median"] for r in ok if np.isfinite(r["sd_median"])]
     return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows; 2-se coverage {cov:.1%}; "
             f"median of per-posterior median CV/MCMC error {np.median(medians):.2g}; "
             f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
-            f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}")
+            f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}; "
+            f"sd: median of per-posterior median CV/MCMC error {np.median(sd_medians):.2g}, "
+            f"2-se coverage {sd_cov:.1%}; "
+            f"median cv_ess / ess_bulk {np.median([r['cv_ess_ratio'] for r in ok]):.3g}")
 
 
 def main():

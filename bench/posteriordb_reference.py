@@ -13,6 +13,9 @@ With ``REF_EXTEND=1`` an existing reference is made more precise instead of rema
 (a new seed, ``REF_DRAWS`` draws per chain) is pooled with it, each row's mean weighted by the inverse
 square of its MCSE (the runs are independent), and the pilot's ``mcse_4x1000`` is kept.
 
+Replicated data drawn by an rng in generated quantities (``posteriordb_set.CONDITIONAL``) get their mean
+from its closed form given the parameters (Rao-Blackwellised): the same expectation, without the rng's noise.
+
 Usage: python bench/posteriordb_reference.py [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
        (default: the whole set of bench/posteriordb_set.py).  Writes bench/data/posteriordb/NAME.json.
@@ -74,25 +77,35 @@ def make(pdb, name, max_draws, seconds):
     draws = int(min(max_draws, max(PILOT_DRAWS, seconds / per_draw)))
     posterior, fit, t_long = _sample(p, draws, SEED + 1)
     rows = {}
-    for label, values in _row_arrays(fit, posterior).items():
+    arrays = _row_arrays(fit, posterior)
+    conditional = _conditional_means(name, arrays)
+    for label, values in arrays.items():
+        mean_of = conditional.get(label, values)
         rows[label] = {
-            "mean": float(values.mean()), "mcse": _mcse(values), "sd": float(values.std()),
-            "ess_mean": float(compat.ess_mean(values)) if np.ptp(values) > 0 else float("nan"),
+            "mean": float(mean_of.mean()), "mcse": _mcse(mean_of), "sd": float(values.std()),
+            "ess_mean": float(compat.ess_mean(mean_of)) if np.ptp(mean_of) > 0 else float("nan"),
             "mcse_4x1000": _mcse(pilot_rows[label]),
         }
     check = pset.posteriordb_check(rows, p.reference_draws)
-    return {
-        "name": name,
-        "how": {
+    how = {
             "sampler": f"PyStan {stan.__version__} NUTS, defaults", "chains": 4, "warmup": 1000,
             "draws_per_chain": draws, "seed": SEED + 1, "sampling_seconds": round(t_long, 1),
             "pilot": f"4 x {PILOT_DRAWS} draws, seed {SEED}, {t_pilot:.1f} s (gives mcse_4x1000)",
             "arviz": az.__version__, "python": platform.python_version(),
             "date": datetime.date.today().isoformat(),
-        },
-        "rows": rows,
-        "posteriordb_check": check,
-    }
+        }
+    if name in pset.CONDITIONAL:
+        how["conditional_means"] = pset.CONDITIONAL[name][1]
+    return {"name": name, "how": how, "rows": rows, "posteriordb_check": check}
+
+
+def _conditional_means(name, arrays):
+    """{label: per-draw conditional mean} of the rows of ``name`` that are Rao-Blackwellised (see
+    ``posteriordb_set.CONDITIONAL``): the sd stays that of the row's own draws, and ``mcse_4x1000`` that of a
+    plain 4 x 1,000 run, which is what the bench's MCMC error is."""
+    if name not in pset.CONDITIONAL:
+        return {}
+    return pset.CONDITIONAL[name][0](arrays)
 
 
 def extend(pdb, name, draws, old):
@@ -102,18 +115,21 @@ def extend(pdb, name, draws, old):
     seed = max(r["seed"] for r in runs) + 1
     posterior, fit, t_long = _sample(p, draws, seed)
     rows = {}
-    for label, values in _row_arrays(fit, posterior).items():
-        before, mcse = old["rows"][label], _mcse(values)
+    arrays = _row_arrays(fit, posterior)
+    conditional = _conditional_means(name, arrays) if "conditional_means" in old["how"] else {}
+    for label, values in arrays.items():
+        mean_of = conditional.get(label, values)
+        before, mcse = old["rows"][label], _mcse(mean_of)
         if before["mcse"] > 0 and mcse > 0:
             w = np.array([before["mcse"] ** -2, mcse ** -2])
-            mean = float(w @ [before["mean"], values.mean()] / w.sum())
+            mean = float(w @ [before["mean"], mean_of.mean()] / w.sum())
             pooled = float(w.sum() ** -0.5)
         else:
-            mean, pooled = float(values.mean()), 0.0
+            mean, pooled = float(mean_of.mean()), 0.0
         n_old = 4 * sum(r["draws_per_chain"] for r in runs)
         sd = float(np.sqrt((n_old * before["sd"] ** 2 + values.size * values.var()) / (n_old + values.size)))
         ess = before.get("ess_mean", float("nan")) + (
-            float(compat.ess_mean(values)) if np.ptp(values) > 0 else float("nan"))
+            float(compat.ess_mean(mean_of)) if np.ptp(mean_of) > 0 else float("nan"))
         rows[label] = {"mean": mean, "mcse": pooled, "sd": sd, "ess_mean": ess,
                        "mcse_4x1000": before["mcse_4x1000"]}
     runs = runs + [{"draws_per_chain": draws, "seed": seed, "sampling_seconds": round(t_long, 1)}]

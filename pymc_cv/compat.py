@@ -153,16 +153,32 @@ def rhats(ary):
     return _diagnostic(ary, "rhat", method="rank")
 
 
-def mcse_mean(ary):
-    """ArviZ's MCSE of the mean of ``ary`` (chain, draw)."""
+def _mcse(ary, method):
     ary = np.asarray(ary, dtype=float)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return float(_array_stats().mcse(ary, method="mean"))
+            return float(_array_stats().mcse(ary, method=method))
         import arviz as az
 
-        return float(np.ravel(az.mcse(ary, method="mean"))[0])
+        # ArviZ 0.x's numba path of the sd's mcse calls float() on a 1-element array, an error
+        # under NumPy 2; its numpy path computes the same number
+        flag = az.Numba.numba_flag
+        az.Numba.numba_flag = False
+        try:
+            return float(np.ravel(az.mcse(ary, method=method))[0])
+        finally:
+            az.Numba.numba_flag = flag
+
+
+def mcse_mean(ary):
+    """ArviZ's MCSE of the mean of ``ary`` (chain, draw)."""
+    return _mcse(ary, "mean")
+
+
+def mcse_sd(ary):
+    """ArviZ's MCSE of the sd of ``ary`` (chain, draw)."""
+    return _mcse(ary, "sd")
 
 
 def rhat(ary):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -13,12 +14,22 @@ from .cluster import check_client
 from .convergence import divergence_note, row_convergence
 from .core import cv_estimate, vvcv_estimate
 from .core.score_check import apply_stein_check
+from .core.spread import centred_squares, cv_sd, plain_sd
 from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
 from .progress import progress_bar
 
 __all__ = ["summary"]
 
-_COLUMNS = ["mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "method", "se_reliable"]
+_STATS = ["mean", "cv_mean", "sd", "cv_sd"]
+_DIAGNOSTICS = ["mcse_mean", "cv_mcse", "variance_reduction", "cv_ess", "mcse_sd", "cv_mcse_sd",
+                "variance_reduction_sd", "ess_bulk", "r_hat", "method", "method_sd", "se_reliable"]
+# the columns of each ``kind``, as ``az.summary``'s: "all" pairs each plain column with its CV one
+_KINDS = {
+    "all": ["mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "cv_ess", "sd", "mcse_sd", "cv_sd",
+            "cv_mcse_sd", "variance_reduction_sd", "ess_bulk", "r_hat", "method", "method_sd", "se_reliable"],
+    "stats": _STATS,
+    "diagnostics": _DIAGNOSTICS,
+}
 
 
 def _split_options(options):
@@ -120,17 +131,49 @@ class _ResultsByRow(dict):
         return self
 
 
-def _record(label, values, res, t=0, results=None):
-    """One table row: the plain mean and ArviZ mcse of ``values`` (chain, draw) or (draw,), and
-    entry ``t`` of a CV result (also filed in ``results``)."""
+class _Row(NamedTuple):
+    """One row of the table: the plain and CV mean with their mcse, the same for the sd, and the
+    convergence diagnostics; ``sd_note`` says why the sd fell back to the plain one (not a column)."""
+
+    label: str
+    mean: float
+    mcse_mean: float
+    cv_mean: float
+    cv_mcse: float
+    variance_reduction: float
+    method: str
+    se_reliable: bool
+    sd: float
+    mcse_sd: float
+    cv_sd: float
+    cv_mcse_sd: float
+    variance_reduction_sd: float
+    method_sd: str
+    ess_bulk: float = np.nan
+    r_hat: float = np.nan
+    sd_note: str | None = None
+
+
+def _record(label, values, res, t=0, results=None, second=None, centre=None):
+    """One table row: the plain mean and ArviZ mcse of ``values`` (chain, draw) or (draw,), entry
+    ``t`` of a CV result (also filed in ``results``), and the sd: from ``second``, the (CVResult,
+    index) of the fit of ``(values - centre)^2``, or the plain sd without it."""
     if results is not None:
         results[label] = (res, t)
 
     def at(a):
         return np.ravel(np.asarray(a, dtype=object))[t]
 
-    return (label, float(np.mean(values)), _plain_mcse(np.atleast_2d(values)), float(at(res.estimate)),
-            float(at(res.se)), float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)))
+    draws = np.atleast_2d(values)
+    mcse_sd = compat.mcse_sd(draws) if draws.shape[1] >= 4 and np.ptp(draws) > 0 else np.nan
+    if second is None or np.ptp(draws) == 0:
+        spread = plain_sd(values, mcse_sd if np.ptp(draws) > 0 else 0.0)
+    else:
+        spread = cv_sd(values, mcse_sd, (res, t), second, centre)
+    return _Row(label, float(np.mean(values)), _plain_mcse(draws), float(at(res.estimate)), float(at(res.se)),
+                float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)),
+                float(np.std(values, ddof=1)), float(mcse_sd), spread.sd, spread.se, spread.variance_reduction,
+                spread.method, sd_note=spread.note)
 
 
 def _plain_mcse(values):
@@ -138,8 +181,8 @@ def _plain_mcse(values):
 
 
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
-            metacv=None, check_scores=True, return_results=False, progressbar=True, compile_kwargs=None,
-            client=None, **options):
+            metacv=None, kind="all", round_to=None, check_scores=True, return_results=False, progressbar=True,
+            compile_kwargs=None, client=None, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
     Parameters
@@ -179,6 +222,13 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     metacv : dict, optional
         Settings of the :class:`MetaCV` for ``method="metacv"`` (``hidden``, ``meta_iterations``,
         ``support_size``, ...).
+    kind : {"all", "stats", "diagnostics"}
+        Columns, as ``az.summary``'s ``kind``: "stats" the plain and CV means and sds; "diagnostics"
+        their mcse, the variance reductions, ``cv_ess``, ``ess_bulk``, ``r_hat``, the methods and
+        ``se_reliable``; "all" both.
+    round_to : int, optional
+        Decimals to round the float columns to.  Default: unrounded, since the CV columns are often
+        precise far beyond two decimals.
     check_scores : bool
         Check the scores against the draws first (see :func:`cv_estimate`): an error when they
         fail the Stein identities by far, ``se_reliable=False`` and a note when mildly; and, when
@@ -203,14 +253,26 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     Returns
     -------
     pandas.DataFrame, or (DataFrame, dict) with ``return_results=True``
-        Index like ``az.summary`` (``theta[0]``); columns ``mean``, ``mcse_mean`` (plain MCMC, as
-        ArviZ computes them), ``cv_mean``, ``cv_mcse``, ``variance_reduction`` ((mcse/cv mcse)^2 on
-        held-out draws), ``cv_ess`` (var(f) / cv_mcse^2: the number of independent draws the
-        reported estimate is worth, to read beside ArviZ's ``ess_bulk``), ``method`` and
-        ``se_reliable``.  ``table.attrs["cv_results"]`` maps each
-        row to its ``(CVResult, index)``, for :func:`pymc_cv.plots.plot_cv_fit`;
-        ``table.attrs["notes"]`` holds what concerns every row (divergences, the score check),
-        also issued as warnings.
+        Index like ``az.summary`` (``theta[0]``); columns (``kind="all"``):
+
+        - ``mean``, ``mcse_mean``: the plain MCMC mean and its mcse, as ArviZ computes them;
+        - ``cv_mean``, ``cv_mcse``: the CV estimate of the mean and its se;
+        - ``variance_reduction``: (mcse / CV se)^2 of the mean, measured on held-out draws;
+        - ``cv_ess``: var(f) / cv_mcse^2, the number of independent draws the reported mean is
+          worth, to read beside ArviZ's ``ess_bulk``;
+        - ``sd``, ``mcse_sd``: the plain sd and ArviZ's mcse of it; ``cv_sd``, ``cv_mcse_sd``,
+          ``variance_reduction_sd``: the sd from CV estimates of the mean and of the second moment
+          about the plain mean (one fit with the means; the delta method's se), or the plain sd
+          where the CV does not beat it;
+        - ``ess_bulk``, ``r_hat``: ArviZ's, per row (not with ``tasks``);
+        - ``method``, ``method_sd``: what estimated the mean and the second moment ("mc": plain);
+        - ``se_reliable``: False where a check (scores, divergences, mixing, tails) says the
+          row's standard errors cannot be trusted.
+
+        The sd is plain with ``method="metacv"`` task groups and ``tasks="temperature"``.
+        ``table.attrs["cv_results"]`` maps each row to its ``(CVResult, index)``, for
+        :func:`pymc_cv.plots.plot_cv_fit`; ``table.attrs["notes"]`` holds what concerns every row
+        (divergences, the score check), also issued as warnings, and why a row's sd fell back.
 
     Examples
     --------
@@ -230,6 +292,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     idata = data
     _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
                      {"check_scores": check_scores, "return_results": return_results, "progressbar": progressbar})
+    _check_layout(kind, round_to)
     if compile_kwargs is not None and not isinstance(compile_kwargs, Mapping):
         raise TypeError(f"`compile_kwargs` must be a dict of pytensor.function options; got "
                         f"{type(compile_kwargs).__name__}.")
@@ -237,8 +300,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         raise ValueError("client= is not used with tasks='temperature' (one joint fit per quantity); drop it, or "
                          "distribute the sampling with sample_population(..., client=client).")
     if tasks == "temperature":
-        table, results = _temperature_table(idata, var_names, model, method, B, check_scores, progressbar,
-                                            compile_kwargs, options)
+        records, results, notes = _temperature_table(idata, var_names, model, method, B, check_scores, progressbar,
+                                                     compile_kwargs, options)
+        table = _table(records, results, notes, kind, round_to)
         return (table, dict(results)) if return_results else table
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     X, S = stacked_draws_and_scores(idata)
@@ -261,7 +325,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         records.sort(key=lambda r: order[r[0]])
         records, row_notes = _with_convergence(records, every_row, results, divergent)
         flagged = {"all": flagged, "rows": row_notes}
-    table = _table(records, results, flagged)
+    table = _table(records, results, flagged, kind, round_to)
     return (table, dict(results)) if return_results else table
 
 
@@ -381,21 +445,35 @@ class _RowFitter:
 
     def together(self, labels, vals, method):
         # every row shares the draws and scores: one estimator call fits them all at once
-        res = cv_estimate(np.column_stack([v.reshape(self.n) for v in vals]), self.Xf, self.Sf, method=method,
-                          chain=self.chain, **self.cv_opts)
-        return [_record(label, v, res, j, self.results) for j, (label, v) in enumerate(zip(labels, vals))]
+        # with the centred squares in the same fit: the sd of every row (``core.spread``)
+        Y = np.column_stack([v.reshape(self.n) for v in vals])
+        squares, centre = centred_squares(Y)
+        res = cv_estimate(np.column_stack([Y, squares]), self.Xf, self.Sf, method=method, chain=self.chain,
+                          **self.cv_opts)
+        k = len(vals)
+        return [_record(label, v, res, j, self.results, second=(res, k + j), centre=centre[j])
+                for j, (label, v) in enumerate(zip(labels, vals))]
 
     def jointly(self, labels, vals):
         T = len(vals)
-        res = vvcv_estimate([v.reshape(self.n) for v in vals], [self.Xf] * T, [self.Sf] * T, B=self.B,
-                            chain=[self.chain] * T, **self.vv_opts)
-        return [_record(label, v, res, t, self.results) for t, (label, v) in enumerate(zip(labels, vals))]
+        flat = [v.reshape(self.n) for v in vals]
+        res = vvcv_estimate(flat, [self.Xf] * T, [self.Sf] * T, B=self.B, chain=[self.chain] * T, **self.vv_opts)
+        squares, centre = centred_squares(np.column_stack(flat))
+        res_sq = vvcv_estimate(list(squares.T), [self.Xf] * T, [self.Sf] * T, B=self.B, chain=[self.chain] * T,
+                               **self.vv_opts)
+        return [_record(label, v, res, t, self.results, second=(res_sq, t), centre=centre[t])
+                for t, (label, v) in enumerate(zip(labels, vals))]
 
     def per_chain(self, label, values):
         n_chain, n_draw = self.X.shape[:2]
+        chains = [np.zeros(n_draw, dtype=int)] * n_chain
         res = vvcv_estimate([values[c] for c in range(n_chain)], list(self.X), list(self.S), B=self.B,
-                            chain=[np.zeros(n_draw, dtype=int)] * n_chain, **self.vv_opts)
-        return [_record(f"{label} (chain {c})", values[c], res, c, self.results) for c in range(n_chain)]
+                            chain=chains, **self.vv_opts)
+        centre = values.mean(axis=1)
+        res_sq = vvcv_estimate([(values[c] - centre[c]) ** 2 for c in range(n_chain)], list(self.X), list(self.S),
+                               B=self.B, chain=chains, **self.vv_opts)
+        return [_record(f"{label} (chain {c})", values[c], res, c, self.results, second=(res_sq, c),
+                        centre=centre[c]) for c in range(n_chain)]
 
     def meta(self, labels, vals):
         if len(vals) < 4:
@@ -418,6 +496,14 @@ class _RowFitter:
             for j, t in enumerate(test):
                 out[t] = _record(labels[t], vals[t], res, j, self.results)
         return out
+
+
+def _check_layout(kind, round_to):
+    if kind not in _KINDS:
+        raise ValueError(f"kind={kind!r}; use 'all', 'stats' (means and sds) or 'diagnostics' (their mcse, the "
+                         "variance reductions, cv_ess, ess_bulk, r_hat, the methods and se_reliable), as az.summary.")
+    if round_to is not None and (isinstance(round_to, bool) or not isinstance(round_to, (int, np.integer))):
+        raise TypeError(f"`round_to` must be an int (decimals) or None (unrounded, the default); got {round_to!r}.")
 
 
 def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv, flags):
@@ -524,7 +610,7 @@ def _temperature_table(idata, var_names, model, method, B, check_scores, progres
             records += [_record(f"{label} (t = {tk:.3g})", v, r, i, results)
                         for tk, v, r, i in zip(t, vals, res, idx)]
             bar.advance(task, 1)
-    return _table(records, results, notes), results
+    return records, results, notes
 
 
 def _with_convergence(records, every_row, results, divergent):
@@ -537,13 +623,12 @@ def _with_convergence(records, every_row, results, divergent):
                       for lab in labels])
     conv = row_convergence(vals, resid, divergent)
     out, notes = [], []
-    for rec, spread, note in zip(records, conv.chain_spread_se, conv.notes):
-        label, mean, mcse, cv_mean, cv_mcse, vr, method, ok = rec
-        if np.isfinite(spread):
-            cv_mcse = max(cv_mcse, float(spread))
+    for rec, spread, note, ess, rhat in zip(records, conv.chain_spread_se, conv.notes, conv.ess_bulk, conv.rhat):
+        cv_mcse = max(rec.cv_mcse, float(spread)) if np.isfinite(spread) else rec.cv_mcse
         if note:
-            notes.append(f"{label}: {note}.")
-        out.append((label, mean, mcse, cv_mean, cv_mcse, vr, method, ok and not note))
+            notes.append(f"{rec.label}: {note}.")
+        out.append(rec._replace(cv_mcse=cv_mcse, se_reliable=rec.se_reliable and not note, ess_bulk=float(ess),
+                                r_hat=float(rhat)))
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=4)
     # a row marked unreliable by its fit (heavy-tailed draws, a mild Stein check) says why in the
@@ -551,7 +636,7 @@ def _with_convergence(records, every_row, results, divergent):
     seen = set()
     for rec in out:
         res = results[rec[0]][0]
-        if not rec[7] and id(res) not in seen:
+        if not rec.se_reliable and id(res) not in seen:
             seen.add(id(res))
             notes += [n for n in res.notes if "unreliable" in n and n not in notes]
     return out, notes
@@ -569,17 +654,23 @@ def _cv_ess(table, results):
     return out
 
 
-def _table(records, results, notes):
-    """The DataFrame of ``records``; notes that concern every row flag every row's se (``notes``
-    a list of those, or {"all": those, "rows": notes of single rows, already applied})."""
+def _table(records, results, notes, kind="all", round_to=None):
+    """The DataFrame of ``records`` (``kind`` of columns, rounded to ``round_to`` decimals); notes that
+    concern every row flag every row's se (``notes`` a list of those, or {"all": those, "rows": notes of
+    single rows, already applied})."""
     import pandas as pd
 
     wide, rows = (notes["all"], notes["rows"]) if isinstance(notes, dict) else (notes, [])
-    table = pd.DataFrame.from_records(records, columns=["label"] + _COLUMNS).set_index("label")
+    table = pd.DataFrame.from_records(records, columns=_Row._fields).set_index("label")
     table.index.name = None
     if wide:
         table["se_reliable"] = False
-    table.insert(table.columns.get_loc("variance_reduction") + 1, "cv_ess", _cv_ess(table, results))
+    table["cv_ess"] = _cv_ess(table, results)
+    sd_notes = [f"{label}: sd: {note}." for label, note in table["sd_note"].items() if note]
+    table = table[_KINDS[kind]]
+    if round_to is not None:
+        numeric = table.select_dtypes("float").columns
+        table[numeric] = table[numeric].round(round_to)
     table.attrs["cv_results"] = results
-    table.attrs["notes"] = list(wide) + list(rows)
+    table.attrs["notes"] = list(wide) + list(rows) + sd_notes
     return table

@@ -50,7 +50,7 @@ def test_summary_table_rows_lead_to_their_results():
     table = pymc_cv.summary(idata, integrands={"sq": lambda p: np.asarray(p["mu"]) ** 2}, method="zv2",
                             progressbar=False)
     res, i = table.attrs["cv_results"]["sq"]
-    np.testing.assert_allclose(res.estimate, table.loc["sq", "cv_mean"])
+    np.testing.assert_allclose(res.estimate[i], table.loc["sq", "cv_mean"])
     axes = plot_cv_fit(table, "sq")
     assert axes.size == 2 and "zv2" in axes[0].figure._suptitle.get_text()
     with pytest.raises(ValueError, match="not a row"):

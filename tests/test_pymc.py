@@ -113,6 +113,39 @@ def test_cv_ess_is_what_the_cv_estimate_is_worth_in_independent_draws(hierarchic
     assert helped.any() and np.all(table.loc[helped, "cv_ess"] > ess_mean[helped])
 
 
+def test_cv_sd_of_a_beta_posterior_against_its_closed_form():
+    """p | 6 of 15 ~ Beta(7, 10): the sd by CVs of p and (p - mean)^2 beats the plain sd by far and
+    its se covers; the plain columns are ArviZ's."""
+    a, b = 7, 10
+    truth = np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
+    with pm.Model() as model:
+        p = pm.Beta("p", 1, 1)
+        pm.Binomial("k", n=15, p=p, observed=6)
+        idata = pm.sample(500, tune=500, chains=2, random_seed=3, progressbar=False, compute_convergence_checks=False)
+    row = pymc_cv.summary(idata, ["p"], model=model, progressbar=False).loc["p"]
+    ref = az.summary(idata, var_names=["p"], round_to="none").loc["p"]
+    np.testing.assert_allclose([row["sd"], row["mcse_sd"]], [ref["sd"], ref["mcse_sd"]], rtol=1e-6)
+    assert row["method_sd"] != "mc" and row["variance_reduction_sd"] > 100
+    assert abs(row["cv_sd"] - truth) <= 4 * row["cv_mcse_sd"]
+    assert abs(row["cv_sd"] - truth) < 0.01 * abs(row["sd"] - truth)
+
+
+def test_kind_and_round_to_lay_out_the_table_as_arviz(hierarchical):
+    model, idata = hierarchical
+    full = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False)
+    stats = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="stats",
+                            round_to=2)
+    assert list(stats.columns) == ["mean", "cv_mean", "sd", "cv_sd"]
+    np.testing.assert_allclose(stats.loc["mu"], full.loc["mu", stats.columns].astype(float).round(2))
+    diag = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="diagnostics")
+    assert {"mcse_mean", "cv_mcse", "ess_bulk", "r_hat", "se_reliable"} <= set(diag.columns)
+    assert not {"mean", "cv_mean"} & set(diag.columns)
+    with pytest.raises(ValueError, match="kind='hdi'"):
+        pymc_cv.summary(idata, model=model, kind="hdi", progressbar=False)
+    with pytest.raises(TypeError, match="round_to"):
+        pymc_cv.summary(idata, model=model, round_to="2", progressbar=False)
+
+
 def test_default_rows_are_every_posterior_variable_like_arviz(hierarchical):
     """Untransformed free variables share their name with their value variable: still rows."""
     model, idata = hierarchical
