@@ -153,12 +153,12 @@ def rhats(ary):
     return _diagnostic(ary, "rhat", method="rank")
 
 
-def _mcse(ary, method):
+def _mcse(ary, method, **kwargs):
     ary = np.asarray(ary, dtype=float)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return float(_array_stats().mcse(ary, method=method))
+            return float(_array_stats().mcse(ary, method=method, **kwargs))
         import arviz as az
 
         # ArviZ 0.x's numba path of the sd's mcse calls float() on a 1-element array, an error
@@ -166,7 +166,7 @@ def _mcse(ary, method):
         flag = az.Numba.numba_flag
         az.Numba.numba_flag = False
         try:
-            return float(np.ravel(az.mcse(ary, method=method))[0])
+            return float(np.ravel(az.mcse(ary, method=method, **kwargs))[0])
         finally:
             az.Numba.numba_flag = flag
 
@@ -179,6 +179,28 @@ def mcse_mean(ary):
 def mcse_sd(ary):
     """ArviZ's MCSE of the sd of ``ary`` (chain, draw)."""
     return _mcse(ary, "sd")
+
+
+def mcse_quantile(ary, prob):
+    """ArviZ's MCSE of the ``prob`` quantile of ``ary`` (chain, draw)."""
+    return _mcse(ary, "quantile", prob=prob)
+
+
+def default_ci_prob():
+    """The installed ArviZ's default interval probability (0.94 on 0.x, 0.89 on 1.x unless set)."""
+    import arviz as az
+
+    return float(az.rcParams["stats.ci_prob"])
+
+
+def interval_names(ci_prob):
+    """Column names of the lower and upper bound of an equal-tailed interval, as the installed
+    ArviZ names its summary's interval (``eti89_lb`` on 1.x; ``eti_3%`` like ``hdi_3%`` on 0.x)."""
+    if arviz_major() >= 1:
+        pct = f"{100 * ci_prob:g}"
+        return f"eti{pct}_lb", f"eti{pct}_ub"
+    alpha = 1 - ci_prob
+    return f"eti_{100 * alpha / 2:g}%", f"eti_{100 * (1 - alpha / 2):g}%"
 
 
 def rhat(ary):

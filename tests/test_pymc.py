@@ -7,6 +7,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from conjugate_models import MODELS, sample
+from scipy import stats
 
 import pymc_cv
 from pymc_cv.compat import from_dict, group, group_names, with_groups
@@ -122,21 +123,31 @@ def test_cv_sd_of_a_beta_posterior_against_its_closed_form():
         p = pm.Beta("p", 1, 1)
         pm.Binomial("k", n=15, p=p, observed=6)
         idata = pm.sample(500, tune=500, chains=2, random_seed=3, progressbar=False, compute_convergence_checks=False)
-    row = pymc_cv.summary(idata, ["p"], model=model, progressbar=False).loc["p"]
+    row = pymc_cv.summary(idata, ["p"], model=model, progressbar=False, ci_prob=0.9, cv_interval=True).loc["p"]
     ref = az.summary(idata, var_names=["p"], round_to="none").loc["p"]
     np.testing.assert_allclose([row["sd"], row["mcse_sd"]], [ref["sd"], ref["mcse_sd"]], rtol=1e-6)
     assert row["method_sd"] != "mc" and row["variance_reduction_sd"] > 100
     assert abs(row["cv_sd"] - truth) <= 4 * row["cv_mcse_sd"]
     assert abs(row["cv_sd"] - truth) < 0.01 * abs(row["sd"] - truth)
+    # the 5% and 95% quantiles: the plain ones with ArviZ's mcse, the CV ones within 4 se
+    lb, ub = pymc_cv.compat.interval_names(0.9)
+    draws = np.asarray(group(idata, "posterior")["p"])
+    np.testing.assert_allclose([row[lb], row[ub]], np.quantile(draws, [0.05, 0.95]))
+    np.testing.assert_allclose(row[f"mcse_{lb}"], pymc_cv.compat.mcse_quantile(draws, 0.05))
+    for bound, q in ((lb, 0.05), (ub, 0.95)):
+        exact = stats.beta(a, b).ppf(q)
+        assert row[f"cv_mcse_{bound}"] < row[f"mcse_{bound}"]
+        assert abs(row[f"cv_{bound}"] - exact) <= 4 * row[f"cv_mcse_{bound}"]
 
 
 def test_kind_and_round_to_lay_out_the_table_as_arviz(hierarchical):
     model, idata = hierarchical
     full = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False)
-    stats = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="stats",
+    table = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="stats",
                             round_to=2)
-    assert list(stats.columns) == ["mean", "cv_mean", "sd", "cv_sd"]
-    np.testing.assert_allclose(stats.loc["mu"], full.loc["mu", stats.columns].astype(float).round(2))
+    lb, ub = pymc_cv.compat.interval_names(pymc_cv.compat.default_ci_prob())
+    assert list(table.columns) == ["mean", "cv_mean", "sd", "cv_sd", lb, ub]
+    np.testing.assert_allclose(table.loc["mu"], full.loc["mu", table.columns].astype(float).round(2))
     diag = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="diagnostics")
     assert {"mcse_mean", "cv_mcse", "ess_bulk", "r_hat", "se_reliable"} <= set(diag.columns)
     assert not {"mean", "cv_mean"} & set(diag.columns)
@@ -144,6 +155,10 @@ def test_kind_and_round_to_lay_out_the_table_as_arviz(hierarchical):
         pymc_cv.summary(idata, model=model, kind="hdi", progressbar=False)
     with pytest.raises(TypeError, match="round_to"):
         pymc_cv.summary(idata, model=model, round_to="2", progressbar=False)
+    with pytest.raises(ValueError, match="ci_kind='eti'"):
+        pymc_cv.summary(idata, model=model, ci_kind="hdi", progressbar=False)
+    with pytest.raises(ValueError, match="ci_prob=94"):
+        pymc_cv.summary(idata, model=model, ci_prob=94, progressbar=False)
 
 
 def test_default_rows_are_every_posterior_variable_like_arviz(hierarchical):
