@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_ti_curve", "plot_estimates", "plot_variance_reduction", "plot_cv_fit"]
+__all__ = ["plot_ti_curve", "plot_estimates", "plot_forest", "plot_variance_reduction", "plot_cv_fit"]
 
 
 def _axes(ax, figsize):
@@ -117,6 +117,73 @@ def plot_estimates(table, *, ax=None, figsize=None, interval=2.0, reference=None
     ax.set_xlabel("posterior expectation")
     ax.set_title(f"Estimates ± {interval:g} se")
     ax.legend(fontsize="small")
+    return ax
+
+
+def _interval_columns(table):
+    """(lower, upper) column names of the plain interval of a summary table (``eti89_lb`` or ``eti_3%``)."""
+    bounds = [c for c in table.columns if not c.startswith(("cv_", "mcse_")) and c.startswith("eti")]
+    if len(bounds) != 2:
+        raise ValueError("This table has no interval columns; pass a table of pymc_cv.summary with kind='all' or "
+                         "kind='stats'.")
+    return bounds[0], bounds[1]
+
+
+def plot_forest(table, *, ax=None, figsize=None, interval=2.0):
+    """Forest plot of a :func:`pymc_cv.summary` table: per row the plain (grey) and CV (blue)
+    posterior interval and mean, as ``az.plot_forest`` draws them.
+
+    Each bound carries whiskers of +/- ``interval`` of its mcse, and each mean a bar of +/-
+    ``interval`` of its se, so what the control variates sharpened shows as shorter whiskers.
+    Without the ``cv_`` bounds (``summary(..., cv_interval=False)``) the CV row shows the plain
+    interval around the CV mean.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        From :func:`pymc_cv.summary` with ``kind="all"`` (the default).
+    ax, figsize : as in ArviZ.
+    interval : float
+        How many mcse the whiskers span.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Examples
+    --------
+    >>> import matplotlib, pandas as pd
+    >>> matplotlib.use("Agg")
+    >>> from pymc_cv.plots import plot_forest
+    >>> t = pd.DataFrame({"mean": [1.0], "mcse_mean": [0.1], "cv_mean": [1.01], "cv_mcse": [0.01],
+    ...                   "variance_reduction": [100.0], "eti_3%": [0.0], "eti_97%": [2.0],
+    ...                   "mcse_eti_3%": [0.1], "mcse_eti_97%": [0.1]}, index=["a"])
+    >>> len(plot_forest(t).get_yticklabels())
+    1
+    """
+    table = _table(table)
+    lb, ub = _interval_columns(table)
+    ax = _axes(ax, figsize or (6.0, 0.5 * len(table) + 1.5))
+    pos = np.arange(len(table))[::-1].astype(float)
+    has_cv = f"cv_{lb}" in table.columns
+    cv_lb, cv_ub = (f"cv_{lb}", f"cv_{ub}") if has_cv else (lb, ub)
+    rows = (("MCMC", "0.55", pos + 0.15, "mean", "mcse_mean", lb, ub),
+            ("control variates", "C0", pos - 0.15, "cv_mean", "cv_mcse", cv_lb, cv_ub))
+    for label, color, y, mean, se, lo, hi in rows:
+        se_lo, se_hi = f"mcse_{lo}", f"mcse_{hi}"
+        ax.hlines(y, table[lo], table[hi], color=color, lw=2.5, label=f"{label}: interval and mean")
+        for bound, bound_se in ((lo, se_lo), (hi, se_hi)):
+            if bound_se in table.columns:
+                ax.errorbar(table[bound], y, xerr=interval * table[bound_se].fillna(0), fmt="none", ecolor=color,
+                            elinewidth=1, capsize=3)
+        ax.errorbar(table[mean], y, xerr=interval * table[se].fillna(0), fmt="o", ms=5, color=color, mfc="white",
+                    capsize=2, zorder=3)
+    ax.set_yticks(pos)
+    ax.set_yticklabels([str(i) for i in table.index])
+    ax.set_ylim(-0.6, len(table) - 0.4)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"Posterior intervals and means (whiskers ± {interval:g} mcse)")
+    ax.legend(fontsize="small", loc="best")
     return ax
 
 

@@ -314,9 +314,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
           where the CV does not beat it;
         - the interval bounds (named as the installed ArviZ names them: ``eti89_lb``, ``eti89_ub``
           on 1.x, ``eti_3%``, ``eti_97%`` on 0.x) and their ``mcse_``; with ``cv_interval=True``
-          also ``cv_`` the same by CVs, and their mcse: the CV bound is the plain quantile moved by one Newton step with the CDF there
-          estimated by a CV of a smoothed step plus the plain mean of what smoothing leaves out
-          (``core.quantiles``), or the plain quantile where that does not beat it;
+          also ``cv_`` the same by CVs, and their mcse: the CV bound is the plain quantile moved
+          by one Newton step, with the CDF there estimated by a CV of a smoothed step plus the
+          plain mean of what smoothing leaves out (``core.quantiles``), or the plain quantile
+          where that does not beat it;
         - ``ess_bulk``, ``r_hat``: ArviZ's, per row (not with ``tasks``);
         - ``method``, ``method_sd``: what estimated the mean and the second moment ("mc": plain);
         - ``se_reliable``: False where a check (scores, divergences, mixing, tails) says the

@@ -7,7 +7,7 @@ import pytest
 import pymc_cv
 from pymc_cv.compat import from_dict
 from pymc_cv.groups import with_cv_groups
-from pymc_cv.plots import plot_cv_fit
+from pymc_cv.plots import plot_cv_fit, plot_forest
 
 matplotlib.use("Agg")
 
@@ -69,3 +69,21 @@ def test_plot_cv_fit_names_bad_arguments():
         plot_cv_fit(res, ax=plt.subplots()[1])
     with pytest.raises(ValueError, match="CVResult"):
         plot_cv_fit(object())
+
+
+def test_plot_forest_draws_the_tables_intervals():
+    rng = np.random.default_rng(7)
+    draws = rng.normal(size=(2, 200))
+    idata = with_cv_groups(from_dict({"posterior": {"mu": draws}}), {"mu": draws}, {"mu": -draws})
+    table = pymc_cv.summary(idata, integrands={"e": lambda p: np.exp(np.asarray(p["mu"]) / 2)}, var_names=["mu"],
+                            cv_interval=True, progressbar=False)
+    ax = plot_forest(table)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["mu", "e"]
+    lb, ub = pymc_cv.compat.interval_names(pymc_cv.compat.default_ci_prob())
+    segments = [seg for coll in ax.collections if hasattr(coll, "get_segments") for seg in coll.get_segments()]
+    spans = {tuple(np.round([seg[0][0], seg[1][0]], 12)) for seg in segments}
+    for row in table.index:  # the plain and the CV interval of every row are drawn
+        assert tuple(np.round(table.loc[row, [lb, ub]].astype(float), 12)) in spans
+        assert tuple(np.round(table.loc[row, [f"cv_{lb}", f"cv_{ub}"]].astype(float), 12)) in spans
+    with pytest.raises(ValueError, match="no interval columns"):
+        plot_forest(table[["mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction"]])
