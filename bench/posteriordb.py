@@ -76,7 +76,7 @@ def _ref_sd_se(r):
 def _sd_errors(table, ref):
     """As for the mean, for the sd: median |CV sd error| / |MCMC sd error| over rows the reference
     tells, 2-se coverage of cv_sd, and the median cv_ess / ess_bulk."""
-    ratios, covered = [], []
+    ratios, covered, far, far_flagged = [], [], 0, 0
     for lab in table.index:
         r = ref[lab]
         if r["sd"] == 0:
@@ -84,13 +84,18 @@ def _sd_errors(table, ref):
         ref_se = _ref_sd_se(r)
         mc_err = abs(table.loc[lab, "sd"] - r["sd"])
         cv_err = abs(table.loc[lab, "cv_sd"] - r["sd"])
-        covered.append(cv_err <= 2 * np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se))
+        combined = np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se)  # nan for a row constant in this run
+        covered.append(cv_err <= 2 * combined)
+        if not cv_err <= 4 * combined:
+            far += 1
+            far_flagged += not table.loc[lab, "se_reliable"]
         if mc_err > 3 * ref_se:
             ratios.append(cv_err / mc_err)
     ess = (table["cv_ess"] / table["ess_bulk"]).to_numpy(dtype=float)
     ess = ess[np.isfinite(ess)]
     return {"sd_told": len(ratios), "sd_median": float(np.median(ratios)) if ratios else float("nan"),
-            "sd_coverage": float(np.mean(covered)) if covered else float("nan"),
+            "sd_coverage": float(np.mean(covered)) if covered else float("nan"), "sd_far": far,
+            "sd_far_flagged": far_flagged,
             "cv_ess_ratio": float(np.median(ess)) if ess.size else float("nan")}
 
 
@@ -151,19 +156,19 @@ def _in_subprocess(pdb, name, timeout):
 
 HEADER = ("| posterior | d | rows | Stan s | from_pystan s | summary s | from_pystan / Stan | summary / Stan | methods "
           "| told | median CV/MCMC error | worst | 2-se coverage | far (flagged) | flagged | divergent | precise "
-          "| sd told | median CV/MCMC sd error | sd 2-se coverage | cv_ess / ess_bulk |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| sd told | median CV/MCMC sd error | sd 2-se coverage | sd far (flagged) | cv_ess / ess_bulk |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def line(r):
     if "error" in r:
-        return f"| {r['name']} | {r.get('error')} |" + " |" * 19
+        return f"| {r['name']} | {r.get('error')} |" + " |" * 20
     meth = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items(), key=lambda kv: -kv[1]))
     return (f"| {r['name']} | {r['d']} | {r['rows']} | {r['stan']:.1f} | {r['convert']:.1f} | {r['summary']:.1f} "
             f"| {r['convert'] / r['stan']:.2f} | {r['summary'] / r['stan']:.2f} | {meth} | {r['told']} "
             f"| {r['median']:.2g} | {r['worst']:.2g} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
             f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} | {r['sd_told']} | {r['sd_median']:.2g} "
-            f"| {r['sd_coverage']:.0%} | {r['cv_ess_ratio']:.3g} |")
+            f"| {r['sd_coverage']:.0%} | {r['sd_far']} ({r['sd_far_flagged']}) | {r['cv_ess_ratio']:.3g} |")
 
 
 def overall(results):
@@ -181,7 +186,8 @@ def overall(results):
             f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
             f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}; "
             f"sd: median of per-posterior median CV/MCMC error {np.median(sd_medians):.2g}, "
-            f"2-se coverage {sd_cov:.1%}; "
+            f"2-se coverage {sd_cov:.1%}, rows far and not flagged "
+            f"{sum(r['sd_far'] - r['sd_far_flagged'] for r in ok)}; "
             f"median cv_ess / ess_bulk {np.median([r['cv_ess_ratio'] for r in ok]):.3g}")
 
 

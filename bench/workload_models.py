@@ -9,7 +9,9 @@ References are made independently of pymc-cv:
 - logistic regression: self-normalised importance sampling with a multivariate-t proposal at
   the posterior mode (its own se is printed and is far below the MCMC error);
 - stochastic volatility: a long NUTS run (no closed form), its se printed with it.
-Each returns (model, integrands or None, reference: dict label -> (value, se)).
+Each returns (model, integrands or None, reference: dict label -> (mean, se, sd)): the posterior
+mean, the reference's own se of it, and the posterior sd (from the same quadrature or weights:
+conditional variances plus the variance of the conditional means).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def eight_schools():
     # given tau: (mu, theta) Gaussian; mu integrated gives y ~ N(0, diag(s^2 + tau^2) + 25 11')
     u = np.linspace(-12.0, 7.0, 6001)  # log tau
     tau_g = np.exp(u)
-    logw, m_mu, m_th = [], [], []
+    logw, m_mu, m_th, v_mu, v_th, v_eta = [], [], [], [], [], []
     for t in tau_g:
         C = np.diag(S8**2 + t**2) + 25.0
         logw.append(stats.multivariate_normal(np.zeros(8), C).logpdf(Y8))
@@ -51,14 +53,25 @@ def eight_schools():
         mth = (mmu / t**2 + Y8 / S8**2) / (1 / t**2 + 1 / S8**2)
         m_mu.append(mmu)
         m_th.append(mth)
+        # variances given tau: theta_j = c_j mu + (noise of variance 1 / (1/tau^2 + 1/s^2)), eta = (theta - mu) / tau
+        c = (1 / t**2) / (1 / t**2 + 1 / S8**2)
+        noise = 1 / (1 / t**2 + 1 / S8**2)
+        v_mu.append(1 / prec)
+        v_th.append(c**2 / prec + noise)
+        v_eta.append(((c - 1) ** 2 / prec + noise) / t**2)
     logw = np.array(logw) + stats.halfcauchy(scale=5).logpdf(tau_g) + u  # Jacobian of tau = e^u
     w = _logsumexp_weights(logw)
-    m_mu, m_th = np.array(m_mu), np.array(m_th)
-    ref = {"mu": float(w @ m_mu), "tau": float(w @ tau_g)}
+    m_mu, m_th, v_mu, v_th, v_eta = map(np.array, (m_mu, m_th, v_mu, v_th, v_eta))
+
+    def moments(mean, var):
+        m = float(w @ mean)
+        return m, 0.0, float(np.sqrt(w @ (var + mean**2) - m**2))
+
+    ref = {"mu": moments(m_mu, v_mu), "tau": moments(tau_g, 0.0)}
     for j in range(8):
-        ref[f"theta[{j}]"] = float(w @ m_th[:, j])
-        ref[f"eta[{j}]"] = float(w @ ((m_th[:, j] - m_mu) / tau_g))
-    return model, None, {k: (v, 0.0) for k, v in ref.items()}
+        ref[f"theta[{j}]"] = moments(m_th[:, j], v_th[:, j])
+        ref[f"eta[{j}]"] = moments((m_th[:, j] - m_mu) / tau_g, v_eta[:, j])
+    return model, None, ref
 
 
 # -- logistic regression ---------------------------------------------------------------------
@@ -98,7 +111,8 @@ def logistic_regression(seed=0, n=500, p=10):
     ref = {}
     for j, lab in enumerate(["alpha"] + [f"beta[{i}]" for i in range(p)]):
         m = float(w @ draws[:, j])
-        ref[lab] = (m, float(np.sqrt(w @ (draws[:, j] - m) ** 2 / ess)))
+        var = float(w @ (draws[:, j] - m) ** 2)
+        ref[lab] = (m, float(np.sqrt(var / ess)), float(np.sqrt(var)))
     return model, None, ref
 
 
@@ -125,7 +139,7 @@ def varying_intercepts(seed=0, groups=85, n=900):
     FtF, Fty, yty = F.T @ F, F.T @ y, y @ y
     la = np.linspace(np.log(0.3), np.log(1.5), 121)
     ly = np.linspace(np.log(0.65), np.log(0.95), 121)
-    logw, cond = [], []
+    logw, cond, cond_var = [], [], []
     for sa in np.exp(la):
         for sy in np.exp(ly):
             prior_prec = np.concatenate([[1 / 25.0, 1 / 25.0], np.full(groups, 1 / sa**2)])
@@ -138,14 +152,20 @@ def varying_intercepts(seed=0, groups=85, n=900):
             lp = ll + stats.halfnorm(scale=2).logpdf(sa) + stats.halfnorm(scale=2).logpdf(sy) + np.log(sa * sy)
             logw.append(lp)
             cond.append(np.concatenate([[m[0], m[1]], m[0] + m[2:], m[2:] / sa, [sa, sy]]))
+            # variances given the scales: of mu_a, beta, a_j = mu_a + u_j, and u_j / sigma_a
+            cov = linalg.cho_solve(c, np.eye(len(m)))
+            d = np.diag(cov)
+            v_a = d[0] + d[2:] + 2 * cov[0, 2:]
+            cond_var.append(np.concatenate([d[:2], v_a, d[2:] / sa**2, [0.0, 0.0]]))
     w = _logsumexp_weights(np.array(logw))
-    cond = np.array(cond)
+    cond, cond_var = np.array(cond), np.array(cond_var)
     mean = w @ cond
-    ref = {"mu_a": mean[0], "beta": mean[1], "sigma_a": mean[-2], "sigma_y": mean[-1]}
+    sd = np.sqrt(w @ (cond_var + cond**2) - mean**2)
+    ref = {"mu_a": 0, "beta": 1, "sigma_a": len(mean) - 2, "sigma_y": len(mean) - 1}
     for j in range(groups):
-        ref[f"a[{j}]"] = mean[2 + j]
-        ref[f"a_offset[{j}]"] = mean[2 + groups + j]
-    return model, None, {k: (float(v), 0.0) for k, v in ref.items()}
+        ref[f"a[{j}]"] = 2 + j
+        ref[f"a_offset[{j}]"] = 2 + groups + j
+    return model, None, {k: (float(mean[i]), 0.0, float(sd[i])) for k, i in ref.items()}
 
 
 # -- GP regression ---------------------------------------------------------------------------
@@ -200,9 +220,14 @@ def gp_regression(seed=0, n=50, n_new=20, width=10.0, points=61):
                               + stats.halfnorm(scale=1).logpdf(sg) + U[a : a + 2000].sum(1))
         means[a : a + 2000] = mu
     w = _logsumexp_weights(logw)
-    ref = {name: float(w @ np.exp(U[:, i])) for i, name in enumerate(["ls", "eta", "sigma"])}
-    ref.update({f"pred[{j}]": float(w @ means[:, j]) for j in range(n_new)})
-    return model, {"pred": predictive}, {k: (v, 0.0) for k, v in ref.items()}
+
+    def moments(x):
+        m = float(w @ x)
+        return m, 0.0, float(np.sqrt(max(w @ x**2 - m**2, 0.0)))
+
+    ref = {name: moments(np.exp(U[:, i])) for i, name in enumerate(["ls", "eta", "sigma"])}
+    ref.update({f"pred[{j}]": moments(means[:, j]) for j in range(n_new)})
+    return model, {"pred": predictive}, ref
 
 
 # -- stochastic volatility -------------------------------------------------------------------

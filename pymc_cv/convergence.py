@@ -19,8 +19,8 @@ from scipy import stats
 
 from . import compat
 
-__all__ = ["RowConvergence", "row_convergence", "divergence_note", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
-           "DIVERGENT_SHARE_MAX"]
+__all__ = ["RowConvergence", "row_convergence", "divergence_note", "unseen_values_note", "RHAT_MAX",
+           "ESS_PER_CHAIN_MIN", "DIVERGENT_SHARE_MAX"]
 
 RHAT_MAX = 1.01
 ESS_PER_CHAIN_MIN = 100
@@ -135,3 +135,41 @@ def row_convergence(values, resid, divergent=None):
         notes.append("; ".join(parts) + (": the draws may not represent the posterior here, which control "
                                          "variates cannot correct; the se is marked unreliable" if parts else ""))
     return RowConvergence(rhat, ess, spread, notes)
+
+
+def _variable(label):
+    return label.split("[", 1)[0]
+
+
+def unseen_values_note(labels, values):
+    """The rows of discrete quantities that took one value at every draw, and a note on them.
+
+    A row constant in the draws is reported as that constant with mcse 0 (as ArviZ does).  That is
+    exact for a quantity constant by construction (a fixed element of a Cholesky factor), but not for
+    a discrete one (a latent state, a count) whose other values are merely rare: a value of
+    probability p is missed by n draws with chance (1 - p)^n, so p up to about 3 / n goes unseen.  A
+    variable whose every element is integer-valued at every draw, and some element varies, is taken
+    as discrete; its constant elements are returned (and their se is to be marked unreliable).
+
+    Parameters
+    ----------
+    labels : list of str
+        Row labels (``name[i, j]``: the variable is the part before the bracket).
+    values : array (rows, ...)
+    """
+    values = np.asarray(values, dtype=float).reshape(len(labels), -1)
+    constant = np.ptp(values, axis=1) == 0
+    integer = np.all(values == np.round(values), axis=1)
+    by_var = {}
+    for i, lab in enumerate(labels):
+        by_var.setdefault(_variable(lab), []).append(i)
+    unseen = [labels[i] for rows in by_var.values()
+              if all(integer[rows]) and not all(constant[rows]) for i in rows if constant[i]]
+    if not unseen:
+        return [], ""
+    shown = ", ".join(unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
+    n = values.shape[1]
+    return unseen, (f"{len(unseen)} rows of discrete quantities ({shown}) took one value at every draw: their "
+                    f"mean is reported as that value with mcse 0, as ArviZ does, but another value of "
+                    f"probability up to about {3 / n:.2g} (3 / draws) would not have been drawn; their se is "
+                    "marked unreliable.")

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import compat
 from .cluster import check_client
-from .convergence import divergence_note, row_convergence
+from .convergence import divergence_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
 from .core.score_check import apply_stein_check
@@ -192,7 +192,7 @@ def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94):
 
     draws = np.atleast_2d(values)
     varying = np.ptp(draws) > 0
-    mcse_sd = compat.mcse_sd(draws) if draws.shape[1] >= 4 and varying else (0.0 if not varying else np.nan)
+    mcse_sd = compat.mcse_sd(draws) if draws.shape[1] >= 4 and varying else np.nan  # nan when constant, as ArviZ
     probs = ((1 - ci_prob) / 2, (1 + ci_prob) / 2)
     mcse_q = [compat.mcse_quantile(draws, p) if draws.shape[1] >= 4 and varying else (0.0 if not varying else np.nan)
               for p in probs]
@@ -728,6 +728,11 @@ def _with_convergence(records, every_row, results, divergent):
             notes.append(f"{rec.label}: {note}.")
         out.append(rec._replace(cv_mcse=cv_mcse, se_reliable=rec.se_reliable and not note, ess_bulk=float(ess),
                                 r_hat=float(rhat)))
+    unseen, note = unseen_values_note(labels, vals)
+    if unseen:
+        notes.append(note)
+        unseen = set(unseen)
+        out = [rec._replace(se_reliable=False) if rec.label in unseen else rec for rec in out]
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=4)
     # a row marked unreliable by its fit (heavy-tailed draws, a mild Stein check) says why in the

@@ -9,12 +9,12 @@ from chains import ar1_chain
 from example_modules import load_example
 
 import pymc_cv
-from pymc_cv.compat import group, with_groups
+from pymc_cv.compat import from_dict, group, with_groups
 from pymc_cv.core.density_check import DrawsModelMismatchError
 from pymc_cv.core.heldout import fold_labels, repeated_draws
 from pymc_cv.core.score_check import ScoreMismatchError, stein_check
 from pymc_cv.evidence import power_ladder
-
+from pymc_cv.groups import with_cv_groups
 
 # -- scores that do not belong to the draws -------------------------------------------------------
 
@@ -325,3 +325,18 @@ def test_task_groups_by_default_are_never_far_worse_than_the_best_single_method(
                    for m in ("zv1", "zv2", "cf", "secf"))
         ratios.append(err / best)
     assert max(ratios) <= 2.0, ratios
+
+
+def test_a_discrete_quantity_that_took_one_value_is_flagged_a_fixed_element_is_not():
+    """posteriordb's bball_drive: Viterbi states z_star[342] were 1 at all 4,000 draws, while 4 x 150,000
+    draws put their mean at 1.0018; the table said mcse 0 and se_reliable True."""
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(2, 300))
+    state = np.stack([(x > 0).astype(float), np.zeros_like(x)], axis=-1)  # state[1] never left 0 here
+    chol = np.stack([np.ones_like(x), 0.3 + 0.1 * x], axis=-1)  # chol[0] is 1 by construction
+    idata = with_cv_groups(from_dict({"posterior": {"x": x, "state": state, "chol": chol}}), {"x": x}, {"x": -x})
+    with pytest.warns(UserWarning, match="discrete quantities"):
+        table = pymc_cv.summary(idata, progressbar=False)
+    assert not table.loc["state[1]", "se_reliable"] and table.loc["state[1]", "cv_mcse"] == 0
+    assert table.loc["chol[0]", "se_reliable"] and table.loc["state[0]", "se_reliable"]
+    assert any("state[1]" in note and "3 / draws" in note for note in table.attrs["notes"])
