@@ -9,9 +9,10 @@ References are made independently of pymc-cv:
 - logistic regression: self-normalised importance sampling with a multivariate-t proposal at
   the posterior mode (its own se is printed and is far below the MCMC error);
 - stochastic volatility: a long NUTS run (no closed form), its se printed with it.
-Each returns (model, integrands or None, reference: dict label -> (mean, se, sd)): the posterior
-mean, the reference's own se of it, and the posterior sd (from the same quadrature or weights:
-conditional variances plus the variance of the conditional means).
+Each returns (model, integrands or None, reference: dict label -> (mean, se, sd[, se of sd])): the
+posterior mean, the reference's own se of it, and the posterior sd (from the same quadrature or
+weights: conditional variances plus the variance of the conditional means) and, where it is not
+exact, its se.
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def logistic_regression(seed=0, n=500, p=10):
     ref = {}
     for j, lab in enumerate(["alpha"] + [f"beta[{i}]" for i in range(p)]):
         m = float(w @ draws[:, j])
-        var = float(w @ (draws[:, j] - m) ** 2)
-        ref[lab] = (m, float(np.sqrt(var / ess)), float(np.sqrt(var)))
+        sq = (draws[:, j] - m) ** 2
+        var = float(w @ sq)
+        # the self-normalised IS se of the variance, through the delta method to the sd
+        se_sd = float(np.sqrt(np.sum(w**2 * (sq - var) ** 2)) / (2 * np.sqrt(var)))
+        ref[lab] = (m, float(np.sqrt(var / ess)), float(np.sqrt(var)), se_sd)
     return model, None, ref
 
 
