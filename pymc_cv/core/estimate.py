@@ -31,7 +31,7 @@ from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .uncertainty import heavy_tail_note
-from .validation import check_cv_options, check_kernel, check_random_seed, check_task
+from .validation import check_columns, check_cv_options, check_kernel, check_random_seed, check_task
 from .zero_variance import basis_name, zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
@@ -111,7 +111,9 @@ def _kernel_fits(names, X, S, Y, cols, labels, opts, rng, notes, weights=None):
         orders = [0]
     n_tune = tune_points(opts["max_tune_points"], n)
     idx = subsample_per_task(np.zeros(n, dtype=int), 1, n_tune, rng)
-    tcols = cols[np.unique(np.linspace(0, cols.size - 1, min(cols.size, _MAX_TUNE_COLUMNS)).astype(int))]
+    pool = cols if opts["tune_columns"] is None else np.intersect1d(cols, opts["tune_columns"])
+    pool = pool if pool.size else cols
+    tcols = pool[np.unique(np.linspace(0, pool.size - 1, min(pool.size, _MAX_TUNE_COLUMNS)).astype(int))]
     out = []
     # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
     # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
@@ -243,6 +245,7 @@ def cv_estimate(
     check_tails=True,
     client=None,
     return_fit=False,
+    tune_columns=None,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
 
@@ -312,6 +315,10 @@ def cv_estimate(
         Keep each integrand's fitted control variate in ``CVResult.fits`` (a
         :class:`~pymc_cv.core.cvfit.CVFit` with ``.predict(samples, scores)``); off by default,
         when the result keeps nothing the size of the kernel fit.
+    tune_columns : array of int, optional
+        The integrands (column indices of ``values``) the kernel is tuned on; the others are
+        fitted with that kernel.  Default: all (up to 20 of them, evenly spread).  ``summary``
+        tunes on the rows themselves, not on the squares that give their sd.
 
     Returns
     -------
@@ -336,6 +343,7 @@ def cv_estimate(
                             exact_max_n=exact_max_n, kernel_max_dim=kernel_max_dim, tune=tune, ard=ard,
                             poly_order=poly_order)
     chain = opts.pop("chain")
+    opts["tune_columns"] = check_columns("tune_columns", tune_columns, Y.shape[1])
     check_kernel(kernel, KERNEL_NAMES)  # under method="auto" a misspelt kernel would skip every kernel CV
     check_random_seed(random_seed)
     if client is not None:

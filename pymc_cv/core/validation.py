@@ -157,3 +157,14 @@ def check_cv_options(n, *, chain, folds, nugget, max_tune_points, exact_max_n, k
         "ard": _one_of("ard", ard, (True, False, "auto")),
         "poly_order": _one_of("poly_order", poly_order, ("auto", 0, 1, 2)),
     }
+
+
+def check_columns(name, columns, k):
+    """None, or the distinct column indices ``columns`` of k integrands, as an int array."""
+    if columns is None:
+        return None
+    arr = np.asarray(columns)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() >= k:
+        raise ValueError(f"`{name}` must be a non-empty list of column indices of `values` (0 to {k - 1}); "
+                         f"got {columns!r}.")
+    return np.unique(arr)
