@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -482,8 +483,10 @@ def _fit_unit(X, S, settings, unit):
     return fitter.run(how, labels, vals, settings.method), dict(fitter.results)
 
 
-class _Settings(NamedTuple):
-    """What every unit of a summary is fitted with."""
+@dataclass(frozen=True)
+class _Settings:
+    """What every unit of a summary is fitted with (a dataclass, not a tuple: dask rebuilds the tuples
+    among a task's arguments, which a NamedTuple's constructor does not take)."""
 
     cv_opts: dict
     vv_opts: dict
