@@ -32,6 +32,7 @@ import time
 import warnings
 
 import numpy as np
+import posteriordb_set as pset
 
 REF_DIR = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
 SEED = 1
@@ -66,13 +67,6 @@ def _errors(table, ref):
             **_sd_errors(table, ref)}
 
 
-def _ref_sd_se(r):
-    """The reference sd's own se: 0 for the exact references, sd / sqrt(2 ESS) for the long runs
-    (the Gaussian value; it is only used to leave out rows the reference cannot tell)."""
-    ess = r.get("ess_mean")
-    return 0.0 if ess is None else r["sd"] / np.sqrt(2.0 * ess) if np.isfinite(ess) and ess > 0 else 0.0
-
-
 def _sd_errors(table, ref):
     """As for the mean, for the sd: median |CV sd error| / |MCMC sd error| over rows the reference
     tells, 2-se coverage of cv_sd, and the median cv_ess / ess_bulk."""
@@ -81,7 +75,7 @@ def _sd_errors(table, ref):
         r = ref[lab]
         if r["sd"] == 0:
             continue
-        ref_se = _ref_sd_se(r)
+        ref_se = pset.reference_sd_se(r)
         mc_err = abs(table.loc[lab, "sd"] - r["sd"])
         cv_err = abs(table.loc[lab, "cv_sd"] - r["sd"])
         combined = np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se)  # nan for a row constant in this run
@@ -113,7 +107,6 @@ def run_one(pdb, name):
     """Every number of one posterior's table row (runs in the subprocess)."""
     warnings.simplefilter("ignore")
     import arviz as az
-    import posteriordb_set as pset
     import stan
 
     import pymc_cv
@@ -196,7 +189,6 @@ def main():
     if args and args[0] == "--one":
         print(json.dumps(run_one(args[1], args[2])))
         return
-    import posteriordb_set as pset
 
     pdb = args.pop(0) if args and os.path.isdir(args[0]) else pset.DEFAULT_PDB
     names = args or pset.NAMES

@@ -89,13 +89,14 @@ def diamonds(data):
     nodes, hw = special.roots_hermitenorm(80)  # E over N(0, 1) with weights hw / sqrt(2 pi)
     hw = hw / np.sqrt(2 * np.pi)
     prior_a = stats.t(3, loc=8, scale=10)
-    mb, vb, logml, ea, va = np.empty((GRID, k)), np.empty((GRID, k)), np.empty(GRID), np.empty(GRID), np.empty(GRID)
+    mb, logml, ea, va = np.empty((GRID, k)), np.empty(GRID), np.empty(GRID), np.empty(GRID)
+    Vb = np.empty((GRID, k, k))  # the slopes' whole covariance given sigma: b_Intercept needs it
     for i, s in enumerate(sig):
         prec = XtX / s**2 + np.eye(k)
         b = Xty / s**2
         chol = np.linalg.cholesky(prec)
         m = np.linalg.solve(prec, b)
-        mb[i], vb[i] = m, np.diag(np.linalg.inv(prec))
+        mb[i], Vb[i] = m, np.linalg.inv(prec)
         # intercept: sum (y - a - Xc b)^2 = sum (yc - Xc b)^2 + n (ybar - a)^2, so given sigma it is
         # t3(8, 10) times N(ybar, s^2 / n): integrate by Gauss-Hermite around ybar
         a = ybar + nodes * s / np.sqrt(n)
@@ -108,12 +109,13 @@ def diamonds(data):
     sigma_prior = stats.t(3, loc=0, scale=10)
     w = _weights(logml + sigma_prior.logpdf(sig) + np.log(sig))
     e_b, e_a, e_s = w @ mb, w @ ea, w @ sig
+    vb = np.einsum("ijj->ij", Vb)
     sd_b = np.sqrt(w @ vb + w @ (mb - e_b) ** 2)
     sd_a = np.sqrt(w @ va + w @ (ea - e_a) ** 2)
     sd_s = np.sqrt(w @ (sig - e_s) ** 2)
     # b_Intercept = Intercept - means_x . b; a and b are independent given sigma, so they covary
     # only through sigma
-    cov_b = np.diag(w @ vb) + np.einsum("i,ij,ik->jk", w, mb - e_b, mb - e_b)
+    cov_b = np.einsum("i,ijk->jk", w, Vb) + np.einsum("i,ij,ik->jk", w, mb - e_b, mb - e_b)
     cov_ab = w @ ((ea - e_a)[:, None] * (mb - e_b))
     var_bi = sd_a**2 + means_x @ cov_b @ means_x - 2 * means_x @ cov_ab
     rows = {f"b[{j}]": (e_b[j], sd_b[j]) for j in range(k)}

@@ -67,16 +67,24 @@ def load(pdb, name):
 
 
 def reference_draw_moments(draws):
-    """{Stan name: (mean, mcse)} of posteriordb's reference draws (a list of chains, each a dict of
-    1-based names to thinned draws), the mcse by ArviZ over those chains."""
+    """{Stan name: (mean, mcse, sd, mcse of the sd)} of posteriordb's reference draws (a list of
+    chains, each a dict of 1-based names to thinned draws), the mcses by ArviZ over those chains."""
     from pymc_cv import compat
 
     out = {}
     for key in draws[0]:
         arr = np.array([chain[key] for chain in draws], dtype=float)
-        mcse = compat.mcse_mean(arr) if np.ptp(arr) > 0 else 0.0
-        out[key] = (float(arr.mean()), mcse)
+        varying = np.ptp(arr) > 0
+        out[key] = (float(arr.mean()), compat.mcse_mean(arr) if varying else 0.0, float(arr.std(ddof=1)),
+                    compat.mcse_sd(arr) if varying else 0.0)
     return out
+
+
+def reference_sd_se(row):
+    """A reference row's sd's own se: 0 for the exact references, sd / sqrt(2 ESS) for the long runs
+    (the Gaussian value)."""
+    ess = row.get("ess_mean")
+    return 0.0 if ess is None else row["sd"] / np.sqrt(2.0 * ess) if np.isfinite(ess) and ess > 0 else 0.0
 
 
 def stan_name(label):
@@ -88,8 +96,9 @@ def stan_name(label):
 
 
 def posteriordb_check(rows, draws):
-    """{label: posteriordb's mean and mcse of that row, and z = (ours - theirs) / combined mcse} for the
-    rows {label: {"mean", "mcse"}} that posteriordb's reference ``draws`` (or None) hold."""
+    """{label: posteriordb's mean and mcse of that row, and z = (ours - theirs) / combined mcse; the same
+    for the sd (z_sd)} for the rows {label: {"mean", "mcse", "sd"}} that posteriordb's reference
+    ``draws`` (or None) hold."""
     if draws is None:
         return {}
     theirs = reference_draw_moments(draws)
@@ -97,10 +106,13 @@ def posteriordb_check(rows, draws):
     for label, row in rows.items():
         key = stan_name(label)
         if key in theirs:
-            m, se = theirs[key]
+            m, se, sd, se_sd = theirs[key]
             combined = np.hypot(se, row["mcse"])
+            combined_sd = np.hypot(se_sd, reference_sd_se(row))
             check[label] = {"posteriordb_mean": m, "posteriordb_mcse": se,
-                            "z": float((row["mean"] - m) / combined) if combined > 0 else 0.0}
+                            "z": float((row["mean"] - m) / combined) if combined > 0 else 0.0,
+                            "posteriordb_sd": sd, "posteriordb_mcse_sd": se_sd,
+                            "z_sd": float((row["sd"] - sd) / combined_sd) if combined_sd > 0 else 0.0}
     return check
 
 
