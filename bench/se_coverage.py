@@ -11,8 +11,10 @@ replication, as ``summary`` does:
 - ind:   1{x0 > 1/2}                       E = 1 - Phi(1/2)
 
 Per cell: coverage among results flagged reliable (``se_reliable``), the share flagged
-reliable, and the median |CV error| / |MC error|.  Targets (issue 13): coverage >= 90% among
-reliable results in every cell, and at least half flagged reliable wherever CV beats MC by 2x.
+reliable, the median |CV error| / |MC error|, and the median reported se over the actual RMSE of the
+estimates (how sharp the se is: 1 is exact, 2 understates what the CV bought 4x in variance).
+Targets: coverage >= 90% among reliable results in every cell, and at least half flagged reliable
+wherever CV beats MC by 2x; median se / RMSE <= 2 wherever CV beats MC by 2x.
 
     python bench/se_coverage.py [reps=40]
     python bench/se_coverage.py REPS SAMPLER D N [SEED]   (one cell, e.g. 150 mcmc 1 1000 11: more
@@ -24,6 +26,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -34,6 +37,16 @@ DIMS = (1, 2, 5, 10, 20, 50)
 SIZES = (50, 200, 1000)
 NAMES = ("poly", "trig", "exp", "ind")
 TRUTH = np.array([1.0, np.exp(-0.5), np.exp(0.125), stats.norm.sf(0.5)])
+
+
+class CellResult(NamedTuple):
+    """One integrand's numbers in one cell."""
+
+    coverage: float  # 2-se coverage among results flagged reliable
+    share_reliable: float
+    error_ratio: float  # median |CV error| / |MC error|
+    coverage_all: float  # 2-se coverage over every result
+    se_over_rmse: float  # median reported se / RMSE of the estimates
 
 
 def integrands(x):
@@ -53,12 +66,11 @@ def draws(n, d, sampler, rng):
 
 
 def cell(d, n, sampler, reps, seed, funcs=None, truth=None, target=None):
-    """Per integrand: (2-se coverage among reliable results, share reliable, median |CV err| / |MC
-    err|, coverage of all results).  ``funcs(x)``/``truth``: the integrands (default the four above);
+    """Per integrand a :class:`CellResult`.  ``funcs(x)``/``truth``: the integrands (default the four above);
     ``target(n, d, rng)`` -> (draws, scores, chain) replaces the Gaussian draws."""
     funcs, truth = (integrands, TRUTH) if funcs is None else (funcs, truth)
     rng = np.random.default_rng(seed)
-    z, ok, ratio = [], [], []
+    z, ok, ratio, se, err = [], [], [], [], []
     for r in range(reps):
         if target is None:
             x, chain = draws(n, d, sampler, rng)
@@ -69,22 +81,27 @@ def cell(d, n, sampler, reps, seed, funcs=None, truth=None, target=None):
             warnings.simplefilter("ignore")
             res = pymc_cv.cv_estimate(funcs(x), x, s, chain=chain, random_seed=r)
         z.append(np.abs(res.estimate - truth) / res.se)
+        se.append(res.se)
+        err.append(res.estimate - truth)
         ok.append(res.se_reliable)
         ratio.append(np.abs(res.estimate - truth) / np.maximum(np.abs(res.mc_estimate - truth), 1e-300))
-    z, ok, ratio = map(np.array, (z, ok, ratio))
+    z, ok, ratio, se, err = map(np.array, (z, ok, ratio, se, err))
+    rmse = np.sqrt(np.mean(err ** 2, axis=0))
     out = []
     for j in range(len(truth)):
         rel = ok[:, j]
         cov = float(np.mean(z[rel, j] <= 2)) if rel.any() else np.nan
-        out.append((cov, float(rel.mean()), float(np.median(ratio[:, j])), float(np.mean(z[:, j] <= 2))))
+        out.append(CellResult(cov, float(rel.mean()), float(np.median(ratio[:, j])), float(np.mean(z[:, j] <= 2)),
+                              float(np.median(se[:, j]) / rmse[j]) if rmse[j] > 0 else np.nan))
     return out
 
 
 def main(reps=40):
-    print(f"2-se coverage among reliable results / share reliable / median |CV err|/|MC err|, {reps} reps per cell")
+    print(f"2-se coverage among reliable results / share reliable / median |CV err|/|MC err| / median se / RMSE, "
+          f"{reps} reps per cell")
     print("| draws | d | n | " + " | ".join(NAMES) + " | seconds |")
     print("|---|---|---|" + "---|" * len(NAMES) + "---|")
-    misses = []
+    misses, too_wide = [], []
     for sampler in ("iid", "mcmc"):
         for d in DIMS:
             for n in SIZES:
@@ -92,13 +109,21 @@ def main(reps=40):
                 res = cell(d, n, sampler, reps, seed=1000 * d + n + (0 if sampler == "iid" else 1))
                 secs = time.perf_counter() - start
                 parts = []
-                for name, (cov, share, ratio, _) in zip(NAMES, res):
-                    bad = (np.isfinite(cov) and cov < 0.9) or (ratio < 0.5 and share < 0.5)
+                for name, c in zip(NAMES, res):
+                    pays = c.error_ratio < 0.5
+                    bad = (np.isfinite(c.coverage) and c.coverage < 0.9) or (pays and c.share_reliable < 0.5)
+                    wide = pays and c.se_over_rmse > 2
                     if bad:
                         misses.append(f"{sampler} d={d} n={n} {name}")
-                    parts.append(f"{'**' if bad else ''}{cov:.0%} / {share:.0%} / {ratio:.2g}{'**' if bad else ''}")
+                    if wide:
+                        too_wide.append(f"{sampler} d={d} n={n} {name}")
+                    b, w = "**" if bad else "", "*" if wide else ""
+                    parts.append(f"{b}{c.coverage:.0%} / {c.share_reliable:.0%} / {c.error_ratio:.2g}{b} / "
+                                 f"{w}{c.se_over_rmse:.1f}{w}")
                 print(f"| {sampler} | {d} | {n} | " + " | ".join(parts) + f" | {secs:.1f} |", flush=True)
-    print(f"\ncells missing a target (bold): {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)))
+    print(f"\ncells missing a coverage target (bold): {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)))
+    print(f"cells where CV beats MC 2x with a median se above 2x the RMSE (starred): {len(too_wide)}"
+          + ("" if not too_wide else ": " + "; ".join(too_wide)))
 
 
 def one_cell(reps, sampler, d, n, seed=None):
@@ -106,7 +131,8 @@ def one_cell(reps, sampler, d, n, seed=None):
     start = time.perf_counter()
     res = cell(d, n, sampler, reps, seed)
     print(f"{sampler} d={d} n={n}, {reps} reps, seed {seed} ({time.perf_counter() - start:.0f} s): " + " | ".join(
-        f"{name} {cov:.0%} / {share:.0%} / {ratio:.2g}" for name, (cov, share, ratio, _) in zip(NAMES, res)))
+        f"{name} {c.coverage:.0%} / {c.share_reliable:.0%} / {c.error_ratio:.2g} / {c.se_over_rmse:.1f}"
+        for name, c in zip(NAMES, res)))
 
 
 if __name__ == "__main__":

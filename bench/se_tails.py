@@ -52,7 +52,8 @@ def heavy_truth(nu):
 
 
 def _row(label, res):
-    return f"| {label} | " + " | ".join(f"{c:.0%} @ {s:.0%} ({a:.0%}), {r:.2g}" for c, s, r, a in res) + " |"
+    cells = [f"{c.coverage:.0%} @ {c.share_reliable:.0%} ({c.coverage_all:.0%}), {c.error_ratio:.2g}" for c in res]
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
 def main(reps=30):
