@@ -114,15 +114,15 @@ def _kernel_fits(names, X, S, Y, cols, labels, opts, rng, notes, weights=None):
     pool = cols if opts["tune_columns"] is None else np.intersect1d(cols, opts["tune_columns"])
     pool = pool if pool.size else cols
     tcols = pool[np.unique(np.linspace(0, pool.size - 1, min(pool.size, _MAX_TUNE_COLUMNS)).astype(int))]
-    # one kernel serves the CF and the SECF, so both designs come from one factorisation of the
-    # kernel matrix; it is tuned for the lowest design (the CF's when both are fitted): a kernel tuned
-    # with the polynomials left the CF several times worse, while the SECF on the CF's kernel was
-    # as accurate as on its own over the posteriordb set, in 30% less time
-    low = min(orders)
-    tune_order = low if opts["poly_order"] != "auto" else min(low, _secf_order(n_tune, d, "auto"))
-    kernel = make_kernel(opts["kernel"], d, X, ard=opts["ard"] if opts["ard"] != "auto" else d <= 20)
-    kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
-    return _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, weights)
+    out = []
+    # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
+    # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
+    for o in orders:
+        tune_order = o if opts["poly_order"] != "auto" else min(o, _secf_order(n_tune, d, "auto"))
+        kernel = make_kernel(opts["kernel"], d, X, ard=opts["ard"] if opts["ard"] != "auto" else d <= 20)
+        kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
+        out += _fit_with(kernel, nugget, [o], X, S, Y, cols, labels, opts, rng, notes, weights)
+    return out
 
 
 def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, weights):
