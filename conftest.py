@@ -23,8 +23,8 @@ _STAN_PROGRAMS = (
     ("tests/test_stan.py", "hierarchical_gp", "stan-hierarchical-gp"),
     # the doctests' normal-mean program, which the TI test reuses
     ("tests/test_stan.py", "thermodynamic_integration", "stan-normal-mean"),
-    ("pymc_cv/adapters/stan.py", "", "stan-normal-mean"),
-    ("pymc_cv/evidence/thermodynamic_integration.py", "pystan", "stan-normal-mean"),
+    ("pymc_cv/stan/convert.py", "", "stan-normal-mean"),
+    ("pymc_cv/stan/evidence.py", "pystan", "stan-normal-mean"),
     ("tests/test_stan.py", "", "stan-beta-binomial-normal"),
     ("tests/test_readme.py", "stan", "stan-readme"),
 )

@@ -27,7 +27,7 @@ import pymc as pm
 from distributed import Client, LocalCluster
 
 import pymc_cv
-from pymc_cv.adapters.pymc_tempering import compiled, sample_rung
+from pymc_cv.pymc.tempering import compiled, sample_rung
 from pymc_cv.evidence import power_ladder
 
 

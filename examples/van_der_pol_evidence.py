@@ -151,7 +151,7 @@ def stan_rungs(t, y, draws, seed):
     """One PyStan fit per temperature of stan_models/van_der_pol.stan, and their TI terms."""
     import stan
 
-    from pymc_cv.evidence import ti_from_pystan
+    from pymc_cv.stan.evidence import ti_from_pystan
 
     program = (Path(__file__).parents[1] / "stan_models" / "van_der_pol.stan").read_text()
     data = {"S": 10, "s_obs": list(map(float, S_OBS[1:])), "y": y.tolist(), "temperature": 1.0}

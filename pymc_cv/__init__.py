@@ -1,21 +1,32 @@
 """pymc-cv: Stein control variates for PyMC and Stan posterior draws."""
 
+from . import compat as _compat
 from .accessor import register as _register_accessor
 from .core import CVResult, cv_estimate, vvcv_estimate
-from .evidence import thermodynamic_integration, ti_from_arrays, ti_from_draws, ti_from_population, ti_from_pystan
+from .core.external import ArrayDiagnostics as _ArrayDiagnostics
+from .core.external import install as _install
+from .distributed_nystrom import fit_nystrom_heldout_dask as _fit_nystrom_heldout_dask
+from .evidence import ti_from_arrays
 from .metacv import MetaCV
 from .summary import summary
 
+# the core computes no ESS, R-hat or PSIS of its own: ArviZ's, for the installed ArviZ
+_install(diagnostics=_ArrayDiagnostics(_compat.ess_mean, _compat.ess_bulk, _compat.rhats, _compat.psis_khat),
+         cluster_nystrom=_fit_nystrom_heldout_dask)
 _register_accessor()  # idata.cv on ArviZ 1's DataTree
 
 
-# The adapters import PyMC or PyStan, which take seconds; they load on first use (PEP 562),
-# and pymc_cv.compute_scores is then the adapter's own function, docstring and all.
+# The PyMC and Stan edges import PyMC or PyStan, which take seconds; they load on first use (PEP 562),
+# and pymc_cv.compute_scores is then the edge's own function, docstring and all.
 _LAZY = {
-    "compute_scores": "pymc_cv.adapters.pymc",
-    "from_pystan": "pymc_cv.adapters.stan",
-    "from_cmdstanpy": "pymc_cv.adapters.stan",
-    "sample_population": "pymc_cv.adapters.population",
+    "compute_scores": "pymc_cv.pymc.scores",
+    "sample_population": "pymc_cv.pymc.population",
+    "thermodynamic_integration": "pymc_cv.pymc.evidence",
+    "ti_from_draws": "pymc_cv.pymc.evidence",
+    "ti_from_population": "pymc_cv.pymc.evidence",
+    "from_pystan": "pymc_cv.stan.convert",
+    "from_cmdstanpy": "pymc_cv.stan.convert",
+    "ti_from_pystan": "pymc_cv.stan.evidence",
 }
 
 

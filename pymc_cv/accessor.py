@@ -23,7 +23,7 @@ class CVAccessor:
 
     def scores(self, model=None, **kwargs):
         """Add the unconstrained draws and the scores in place; see :func:`pymc_cv.compute_scores`."""
-        from .adapters.pymc import compute_scores
+        from .pymc.scores import compute_scores
 
         return compute_scores(self._obj, model, **kwargs)
 

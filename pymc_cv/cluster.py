@@ -8,7 +8,7 @@ depend on the number of workers or on the order in which they finish.
 
 Large inputs that every unit needs (the model, a posterior's draws and scores) are scattered
 to every worker once.  PyTensor functions are compiled on a worker at its first unit and cached
-there per model (``adapters.pymc_tempering.compiled``), not per unit.  dask's nanny starts each
+there per model (``pymc.tempering.compiled``), not per unit.  dask's nanny starts each
 worker process with one BLAS/OpenMP thread (``distributed.nanny.pre-spawn-environ``), so
 ``n_workers`` processes on as many cores do not oversubscribe them.
 """

@@ -391,7 +391,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
 
 def _check_scores_are_of(idata, model):
     """Scores already in ``idata`` are used; they must be of ``model``'s value variables."""
-    from .adapters.bambi import is_bambi_model, pymc_model
+    from .pymc.bambi import is_bambi_model, pymc_model
 
     pm_model = pymc_model(model) if is_bambi_model(model) else model
     have = sorted(compat.group(idata, UNCONSTRAINED).data_vars)
@@ -430,7 +430,7 @@ def _with_scores(idata, model, progressbar, compile_kwargs=None, check_logp=True
         return idata
     if model is None:
         stacked_draws_and_scores(idata)  # raises, saying how to get the scores
-    from .adapters.pymc import compute_scores
+    from .pymc.scores import compute_scores
 
     return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar,
                           compile_kwargs=compile_kwargs, check_logp=check_logp)
@@ -622,7 +622,7 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
     if model is not None:
         import pymc as pm
 
-        from .adapters.bambi import is_bambi_model
+        from .pymc.bambi import is_bambi_model
 
         if not (isinstance(model, pm.Model) or is_bambi_model(model)):
             raise TypeError(f"`model` must be a pymc.Model or a fitted bambi.Model; got {type(model).__name__}.")
@@ -679,7 +679,7 @@ def _temperature_table(idata, var_names, model, method, B, check_scores, progres
                        ci_prob):
     """Rows ``name (t = ...)``: each quantity at every temperature of a population run, the
     temperatures as the tasks of one vv-CV (per-temperature ``cv_estimate`` for a single-task method)."""
-    from .adapters.population import POPULATION, population_draws
+    from .pymc.population import POPULATION, population_draws
 
     if model is None:
         raise ValueError("tasks='temperature' needs the model (summary(idata, model=model)) for the scores at "

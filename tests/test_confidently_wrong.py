@@ -178,7 +178,7 @@ def test_metropolis_draws_of_an_ode_model_are_covered_or_flagged():
     quadrature over z = log x with the same RK4; scores from the PyMC model (scan gradients)."""
     from scipy import integrate, stats
 
-    from pymc_cv.adapters.pymc_tempering import loglik_terms
+    from pymc_cv.pymc.tempering import loglik_terms
 
     vdp = load_example("van_der_pol_evidence")
     y = vdp.simulate(0)

@@ -100,7 +100,7 @@ def _grid_posterior_means(model, post, functions, points=61):
     """Posterior expectations by quadrature on a grid over the value variables (scalar each;
     ``post`` holds their draws, for the grid's extent), with the model's own log density (Jacobian
     included): a reference independent of the draws' noise."""
-    from pymc_cv.adapters.pymc import _cached_score_fn
+    from pymc_cv.pymc.scores import _cached_score_fn
 
     fn, _ = _cached_score_fn(model, {})
     names = [v.name for v in model.value_vars]
@@ -226,7 +226,7 @@ def test_a_float32_model_sampled_by_nutpie():
 
 
 def test_hyperparameters_outside_the_likelihood_have_zero_likelihood_gradients():
-    from pymc_cv.adapters.pymc_tempering import loglik_terms
+    from pymc_cv.pymc.tempering import loglik_terms
 
     rng = np.random.default_rng(0)
     g = np.repeat(np.arange(5), 4)

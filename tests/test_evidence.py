@@ -234,7 +234,7 @@ def test_ti_from_draws_the_user_sampled():
     """Power posteriors sampled by the user (their own tempered models) and the untempered model."""
     import pymc as pm
 
-    from pymc_cv.evidence import ti_from_draws
+    from pymc_cv.pymc.evidence import ti_from_draws
 
     y = np.array([0.4, -0.2, 1.1])
     truth = stats.multivariate_normal(np.zeros(3), np.eye(3) + np.ones((3, 3))).logpdf(y)

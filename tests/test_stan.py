@@ -133,7 +133,8 @@ def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
 def test_thermodynamic_integration_from_pystan_fits():
     from scipy import stats
 
-    from pymc_cv.evidence import power_ladder, ti_from_pystan
+    from pymc_cv.evidence import power_ladder
+    from pymc_cv.stan.evidence import ti_from_pystan
 
     # the program of the from_pystan and ti_from_pystan doctests, character for character: httpstan
     # builds a program once per text, and a build takes a minute on a fresh machine
@@ -165,7 +166,7 @@ def test_van_der_pol_program_matches_the_pymc_example():
     and prior (Stan's tolerance-controlled RK45 against an accurate solve_ivp, to 1e-4 nats)."""
     from scipy import stats
 
-    from pymc_cv.adapters.stan import _StanDensity
+    from pymc_cv.stan.convert import _StanDensity
 
     vdp = load_example("van_der_pol_evidence")
     y = vdp.simulate(0)
@@ -199,7 +200,7 @@ def test_hierarchical_gp_program_matches_the_pymc_example():
 def test_lotka_volterra_program_matches_the_pymc_model():
     """stan_models/lotka_volterra.stan and examples/lotka_volterra.py: the same log density (up to a
     constant) and the same gradient at the same points of R^8."""
-    from pymc_cv.adapters.stan import _StanDensity
+    from pymc_cv.stan.convert import _StanDensity
 
     lv = load_example("lotka_volterra")
     years, hare, lynx = lv.load_data()

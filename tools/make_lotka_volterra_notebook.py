@@ -49,7 +49,7 @@ print(f"median variance reduction over the {len(times)} time points: {table['var
 
 The same model in `stan_models/lotka_volterra.stan` (same priors, same fixed-step RK4), sampled with PyStan;
 `pymc_cv.from_pystan` adds Stan's own scores, and the same `summary` call follows."""),
-    code("""from pymc_cv.adapters.stan import allow_nested_event_loop
+    code("""from pymc_cv.stan.convert import allow_nested_event_loop
 allow_nested_event_loop()          # PyStan's stan.build uses asyncio.run: let it run inside Jupyter's loop
 idata_stan = lv.fit_with_scores("stan", years, hare, lynx, draws=250, chains=2, seed=1)
 table_stan = pymc_cv.summary(idata_stan, integrands={"prey": prey}, progressbar=False)

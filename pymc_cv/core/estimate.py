@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cluster import check_client
 from .finalize import Candidate, finalize
 from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout
@@ -346,11 +347,7 @@ def cv_estimate(
     opts["tune_columns"] = check_columns("tune_columns", tune_columns, Y.shape[1])
     check_kernel(kernel, KERNEL_NAMES)  # under method="auto" a misspelt kernel would skip every kernel CV
     check_random_seed(random_seed)
-    if client is not None:
-        from ..cluster import check_client
-
-        client = check_client(client)
-    opts.update(kernel=kernel, client=client, return_fit=bool(return_fit))
+    opts.update(kernel=kernel, client=check_client(client), return_fit=bool(return_fit))
     rep = repeated_draws(X)
     score_note = apply_stein_check(X, S, chain, repeats=rep, second_order=True) if check_scores else None
     rng = np.random.default_rng(random_seed)

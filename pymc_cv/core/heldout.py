@@ -32,7 +32,7 @@ from scipy.linalg import lapack
 
 from .threads import blas_threads
 
-__all__ = ["fold_labels", "repeated_draws", "deletion_residuals", "refit_residuals", "split_parts",
+__all__ = ["fold_labels", "heldout_blocks", "repeated_draws", "deletion_residuals", "refit_residuals", "split_parts",
            "jackknife_bias", "MAX_BLOCK"]
 
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
@@ -81,7 +81,8 @@ def _fold_labels(n, chain, folds, max_block):
     return labels
 
 
-def _blocks(labels):
+def heldout_blocks(labels):
+    """The indices of each held-out block (draws with one fold label), in label order."""
     order = np.argsort(labels, kind="stable")
     cuts = np.flatnonzero(np.diff(labels[order])) + 1
     return np.split(order, cuts)
@@ -113,7 +114,7 @@ def deletion_residuals(Qy, q_diag, q_block, labels):
         return Qy / dq, Qy / np.sqrt(dq)
     resid = np.empty_like(Qy)
     z = np.empty_like(Qy)
-    blocks = _blocks(labels)
+    blocks = heldout_blocks(labels)
     for start in range(0, len(blocks), _BLOCK_BATCH):
         batch = blocks[start:start + _BLOCK_BATCH]
         # forming Q_BB can be a product over a long inner dimension (M inducing draws), which BLAS
@@ -148,7 +149,7 @@ def refit_residuals(fit_predict, n, labels):
     """Held-out residuals by refitting per fold; ``fit_predict(train, test)`` returns the
     residuals (len(test), k) at the test draws and their standardised form (or None)."""
     resid = z = None
-    for idx in _blocks(labels):
+    for idx in heldout_blocks(labels):
         test = np.zeros(n, dtype=bool)
         test[idx] = True
         r, zz = fit_predict(~test, test)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compat import ess_bulk, rhats
+from .external import diagnostics
 
 __all__ = ["unmixed_columns", "unmixed_note"]
 
@@ -36,8 +36,9 @@ def unmixed_columns(values, chain):
     out = {}
     if not live.any():
         return out
-    r = np.atleast_1d(np.asarray(rhats(V[live]), dtype=float))
-    ess = sum(np.atleast_1d(np.asarray(ess_bulk(V[live][:, c:c + 1]), dtype=float)) for c in range(labels.size))
+    found = diagnostics()
+    r = np.atleast_1d(np.asarray(found.rhat(V[live]), dtype=float))
+    ess = sum(np.atleast_1d(np.asarray(found.ess_bulk(V[live][:, c:c + 1]), dtype=float)) for c in range(labels.size))
     limit = 1.0 + np.maximum(_RHAT_FLOOR - 1.0, _RHAT_NOISE / np.maximum(ess, 1e-12))
     for j, rj, lj in zip(np.flatnonzero(live), r, limit):
         if rj > lj:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import linalg
 
+from .external import cluster_nystrom
 from .heldout import deletion_residuals, jackknife_bias, split_parts
 from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter, lower_solve
@@ -198,8 +199,8 @@ def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, 
                     tol=0.1, mem_bytes=1e9, client=None, keep_fit=False):
     """Fit with M = m_start, 2 m_start, ... inducing draws and keep the M after which the held-out
     error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`.
-    With a dask.distributed ``client`` the features are a dask array on its workers
-    (``nystrom_dask``) and ``mem_bytes`` no longer bounds M."""
+    With a dask.distributed ``client`` the features are a dask array on its workers (the fit
+    installed in :mod:`.external`) and ``mem_bytes`` no longer bounds M."""
     N = X.shape[0]
     m_cap = int(min(m_max, N // 2, max(m_start, mem_bytes // (8 * N)) if client is None else m_max))
     order = rng.permutation(N)  # nested inducing sets: each M extends the last
@@ -230,9 +231,7 @@ def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, 
             fits = _fit_in_quarter_order(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order[:M], keep_fit, Knm,
                                          rows=half)
         else:
-            from .nystrom_dask import fit_nystrom_heldout_dask
-
-            fits = [(f, lambda: None) for f in fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders,
+            fits = [(f, lambda: None) for f in cluster_nystrom()(X, S, Y, tau, T, kernel, B, nugget, orders,
                                                                         labels, order[:M], client, keep_fit=keep_fit)]
         err = min(float(np.sum(np.mean(f.resid[half] ** 2, axis=0) / scale)) for f, _ in fits)
         path.append((M, err))

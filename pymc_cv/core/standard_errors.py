@@ -2,14 +2,14 @@
 
 The effective sample size comes from ArviZ (ESS method "mean", as ``az.summary`` uses for
 ``mcse_mean``); nothing here re-implements it.  The tail diagnostic is ArviZ's Pareto k-hat
-from PSIS.  Both are reached through :mod:`pymc_cv.compat` (ArviZ 0.x or 1.x).
+from PSIS.  Both are the ones installed in :mod:`.external`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..compat import ess_mean, psis_khat
+from .external import diagnostics
 
 __all__ = ["effective_sample_size", "effective_sample_sizes", "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
 
@@ -33,9 +33,9 @@ def effective_sample_size(x, chain=None):
     parts = _by_chain(x, chain)
     lengths = {p.size for p in parts}
     if len(lengths) == 1 and min(lengths) >= 4:
-        ess = float(ess_mean(np.stack(parts)))
+        ess = float(diagnostics().ess_mean(np.stack(parts)))
     else:  # ragged chains: sum of per-chain ESS
-        ess = float(sum(ess_mean(p[None, :]) if p.size >= 4 else p.size for p in parts))
+        ess = float(sum(diagnostics().ess_mean(p[None, :]) if p.size >= 4 else p.size for p in parts))
     if not np.isfinite(ess):  # constant residuals
         ess = float(n)
     return float(np.clip(ess, 1.0, n))
@@ -49,7 +49,7 @@ def effective_sample_sizes(X, chain=None):
     parts = _by_chain(X, chain)
     if len({p.shape[0] for p in parts}) != 1 or parts[0].shape[0] < 4:
         return np.array([effective_sample_size(X[:, j], chain) for j in range(m)])
-    ess = ess_mean(np.moveaxis(np.stack(parts), 2, 0))  # (m, chain, draw)
+    ess = diagnostics().ess_mean(np.moveaxis(np.stack(parts), 2, 0))  # (m, chain, draw)
     ess = np.where(np.isfinite(ess), ess, n)
     return np.clip(ess, 1.0, n)
 
@@ -68,4 +68,4 @@ def tail_khat(resid):
     # Pareto fit needs (ArviZ 0.x then says k = inf, arviz-stats raises): no judgement
     if r2.size < 25 or not np.any(r2 > 0):
         return np.nan
-    return psis_khat(np.log(np.maximum(r2, np.max(r2) * 1e-300)))
+    return diagnostics().psis_khat(np.log(np.maximum(r2, np.max(r2) * 1e-300)))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cluster import check_client
+from .external import cluster_nystrom
 from .finalize import Candidate, finalize
 from .heldout import fold_labels, jackknife_bias
 from .kernel_cv import fit_exact_heldout
@@ -336,10 +338,7 @@ def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tun
         if client is None:
             fit = fit_nystrom_heldout(*args)[0]
         else:
-            from ..cluster import check_client
-            from .nystrom_dask import fit_nystrom_heldout_dask
-
-            fit = fit_nystrom_heldout_dask(*args, check_client(client))[0]
+            fit = cluster_nystrom()(*args, check_client(client))[0]
     else:
         fit = fit_exact_heldout(X, S, y[:, None], tau, T, kern, B, nug, [order], labels)[0]
     r, z = fit.resid[:, 0], fit.z[:, 0]

@@ -1,19 +1,17 @@
-"""Model evidence by thermodynamic integration, with control variates at every rung."""
+"""Model evidence on arrays: ladders, quadrature, rung moments with control variates, reweighting,
+stepping stones and the thermodynamic-integration estimator.
+
+Arrays in, arrays out: this layer imports the core and nothing that samples.  The drivers that
+sample power posteriors are in :mod:`pymc_cv.pymc.evidence` and :mod:`pymc_cv.stan.evidence`.
+"""
 
 from .ladder import conditional_ess, power_ladder, refine_ladder
 from .quadrature import integrate, quadrature_error, quadrature_weights
 from .result import TIResult
 from .rung_moments import RungMoments, rung_moments
-from .thermodynamic_integration import (
-    thermodynamic_integration,
-    ti_from_arrays,
-    ti_from_draws,
-    ti_from_population,
-    ti_from_pystan,
-)
+from .thermodynamic_integration import ti_from_arrays
 
 __all__ = [
     "power_ladder", "conditional_ess", "refine_ladder", "integrate", "quadrature_error", "quadrature_weights",
-    "TIResult", "RungMoments", "rung_moments", "thermodynamic_integration", "ti_from_arrays", "ti_from_draws",
-    "ti_from_pystan", "ti_from_population",
+    "TIResult", "RungMoments", "rung_moments", "ti_from_arrays",
 ]

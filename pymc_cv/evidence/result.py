@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .plot import plot_ti_curve
 from .rung_moments import RungMoments
 from .stepping_stone import SteppingStone
 
@@ -78,8 +79,6 @@ class TIResult:
 
     def plot(self, ax=None, **kwargs):
         """E_t[log p(y|x)] against t, MC and CV, with error bars; see :func:`pymc_cv.plots.plot_ti_curve`."""
-        from ..plots import plot_ti_curve
-
         return plot_ti_curve(self, ax=ax, **kwargs)
 
     def __repr__(self):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compat import psis_khat
+from ..core.external import diagnostics
 from ..core.standard_errors import KHAT_THRESHOLD, mcse_mean, tail_khat
 
 __all__ = ["SteppingStone", "stepping_stone", "singular_start", "SINGULAR_KHAT"]
@@ -84,7 +84,7 @@ def stepping_stone(temperatures, loglik, chain=None):
         c = None if chain is None or chain[i] is None else np.asarray(chain[i])
         log_r[i] = (t[i + 1] - t[i]) * ll.max() + np.log(w.mean())
         se[i] = mcse_mean(w, c) / w.mean() if np.ptp(w) > 0 else 0.0  # delta method for the log
-        khat[i] = psis_khat(log_w) if ll.size >= 25 and np.ptp(w) > 0 else np.nan
+        khat[i] = diagnostics().psis_khat(log_w) if ll.size >= 25 and np.ptp(w) > 0 else np.nan
     return SteppingStone(float(log_r.sum()), float(np.sqrt(np.sum(se**2))), log_r, se, khat,
                          bool(np.all(~(khat > KHAT_THRESHOLD))))
 

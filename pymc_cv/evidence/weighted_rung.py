@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from ..compat import psis_khat
+from ..core.external import diagnostics
 from ..core.heldout import deletion_residuals, fold_labels
 from ..core.polynomial import n_polynomial_features, stein_polynomial_features
 from ..core.standard_errors import KHAT_THRESHOLD, mcse_mean
@@ -57,7 +57,7 @@ def _weights_khat(log_w):
     if n < 25 or np.ptp(np.sort(log_w)[-tail:]) == 0:
         return np.nan
     try:
-        return psis_khat(log_w)
+        return diagnostics().psis_khat(log_w)
     except ValueError:  # arviz-stats: "All tail values are the same" (ties within the tail)
         return np.nan
 

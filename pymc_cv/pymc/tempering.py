@@ -15,13 +15,13 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .pymc import _batch_input, _batched, _check_model
+from .scores import batch_input, batched, check_model
 
 __all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
            "sample_rung", "smc_rungs", "model_token", "kept_model"]
 
 def check_temperable(model):
-    _check_model(model)
+    check_model(model)
     if not model.observed_RVs:
         raise ValueError("The model has no observed variables, so there is no likelihood to temper; "
                          "pass the model with its data (observed=...).")
@@ -66,8 +66,8 @@ class TemperedSampler:
         them), in one batched call."""
         values = self.model.value_vars
         if self._loglik_fn is None:  # compiled after every gradient graph was built (scan models)
-            inputs = {v: _batch_input(v) for v in values}
-            self._loglik_fn = _batched([inputs[v] for v in values], self._loglik, inputs, self._compile_kwargs)
+            inputs = {v: batch_input(v) for v in values}
+            self._loglik_fn = batched([inputs[v] for v in values], self._loglik, inputs, self._compile_kwargs)
         return np.asarray(self._loglik_fn(*[np.stack([p[v.name] for p in points]) for v in values]), dtype=float)
 
     def sample(self, temperature, draws, tune, chains, random_seed, **kwargs):
@@ -108,13 +108,13 @@ def loglik_terms(model, compile_kwargs=None):
     # likelihood): its gradient there is zero, not an error
     g_lik = pt.grad(loglik, values, disconnected_inputs="ignore")
     g_prior = pt.grad(logprior, values, disconnected_inputs="ignore")
-    inputs = {v: _batch_input(v) for v in values}
+    inputs = {v: batch_input(v) for v in values}
     k = len(values)
     compiled = []
 
     def terms(*draws):
         if not compiled:
-            compiled.append(_batched([inputs[v] for v in values], [loglik, *g_lik, *g_prior], inputs,
+            compiled.append(batched([inputs[v] for v in values], [loglik, *g_lik, *g_prior], inputs,
                                      dict(compile_kwargs or {})))
         out = compiled[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
         n = np.asarray(out[0]).shape[0]
@@ -181,7 +181,7 @@ def rung_arrays(vals, terms, chain):
 def rung_arrays_of(idata, model, terms):
     """:func:`rung_arrays` of one rung's InferenceData (scores computed when it has none)."""
     from .. import compat
-    from .pymc import compute_scores
+    from .scores import compute_scores
 
     post = compat.group(idata, "posterior")
     if not all(v.name in post for v in model.value_vars):

@@ -153,10 +153,10 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     import pymc as pm
 
     from ..cluster import check_client
-    from .pymc_tempering import compiled
+    from .tempering import compiled
 
     model = pm.modelcontext(model)
-    t = _population_ladder(temperatures)
+    t = population_ladder(temperatures)
     for name, val in (("draws", draws), ("chains", chains), ("swap_every", swap_every)):
         if int(val) != val or val < 1:
             raise ValueError(f"{name}={val!r}; use a positive integer.")
@@ -172,11 +172,11 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
 def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, random_seed, progressbar,
                    compile_kwargs, client=None, adapt_temperatures=False):
     """:func:`sample_population` with a validated ladder and either a compiled
-    :class:`~pymc_cv.adapters.pymc_tempering.TemperedSampler` (thermodynamic_integration keeps one
+    :class:`~pymc_cv.pymc.tempering.TemperedSampler` (thermodynamic_integration keeps one
     per model) or the model, whose sampler is then compiled where the chains run."""
     from ..cluster import map_units
     from ..core.threads import one_blas_thread
-    from .pymc_tempering import TemperedSampler, model_token
+    from .tempering import TemperedSampler, model_token
 
     model = sampler.source if isinstance(sampler, TemperedSampler) else sampler
     token = None if client is None else model_token(model)  # workers reuse what they compiled for it
@@ -229,14 +229,14 @@ def population_chain(model, token, compile_kwargs, temperatures, draws, tune, sw
     walkers of a chain are coupled by the exchanges, so a chain is never split)."""
     from ..core.threads import one_blas_thread
     from ..progress import progress_bar
-    from .pymc_tempering import compiled, kept_model
+    from .tempering import compiled, kept_model
 
     _, sampler = compiled(kept_model(model, token), compile_kwargs, need_nuts=True)
     with progress_bar(False) as bar, one_blas_thread():
         return _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, 0)
 
 
-def _population_ladder(temperatures):
+def population_ladder(temperatures):
     from ..evidence.ladder import power_ladder
 
     if temperatures is None:
@@ -252,20 +252,20 @@ def _population_ladder(temperatures):
 
 
 def _to_inference_data(model, t, runs, compile_kwargs):
-    from .pymc import _dims_and_coords, _posterior_fn
+    from .scores import dims_and_coords, posterior_fn
 
     n_chain, n_draw, w = len(runs), len(runs[0]["loglik"]), t.size
     value_vars = model.value_vars
     values = {v.name: np.stack([np.stack([[p[k][v.name] for k in range(w)] for p in run["points"]])
                                 for run in runs]) for v in value_vars}  # (chain, draw, temperature, ...)
-    dims, coords = _dims_and_coords(model, model.eval_rv_shapes())
+    dims, coords = dims_and_coords(model, model.eval_rv_shapes())
     pop = dict(values)
     pop["loglik"] = np.stack([np.stack(run["loglik"]) for run in runs])
     pop["diverging"] = np.stack([np.array(run["diverging"]) for run in runs])
     pop_dims = {name: ["temperature", *dims.get(name, [])] for name in values}
     pop_dims.update(loglik=["temperature"], diverging=["temperature"])
 
-    names, fn = _posterior_fn(model, compile_kwargs)
+    names, fn = posterior_fn(model, compile_kwargs)
     outs = fn(*[values[v.name][:, :, -1].reshape((n_chain * n_draw,) + values[v.name].shape[3:]) for v in value_vars])
     posterior = {name: np.asarray(o).reshape((n_chain, n_draw) + np.shape(o)[1:]) for name, o in zip(names, outs)}
     post_dims = {name: list(d) for name, d in model.named_vars_to_dims.items() if name in posterior and d
@@ -304,8 +304,8 @@ def population_draws(idata, model=None, compile_kwargs=None):
     """
     import pymc as pm
 
-    from .pymc import _dims_and_coords, _posterior_fn
-    from .pymc_tempering import loglik_terms
+    from .scores import dims_and_coords, posterior_fn
+    from .tempering import loglik_terms
 
     model = pm.modelcontext(model)
     pop = population_group(idata)
@@ -315,12 +315,12 @@ def population_draws(idata, model=None, compile_kwargs=None):
     vals = value_draws(pop, model, ("temperature", "chain", "draw"))
     _, gl, gp = loglik_terms(model, compile_kwargs)(*vals)
     X = np.concatenate([v.reshape(w * n, -1) for v in vals], axis=1).astype(float)
-    names, fn = _posterior_fn(model, compile_kwargs)
+    names, fn = posterior_fn(model, compile_kwargs)
     outs = [np.asarray(o) for o in fn(*vals)]
     post_dims = {name: list(d) for name, d in model.named_vars_to_dims.items() if name in names and d
                  and all(x is not None for x in d)}
     coords = {k: list(v) for k, v in model.coords.items() if v is not None}
-    coords.update(_dims_and_coords(model, model.eval_rv_shapes())[1])
+    coords.update(dims_and_coords(model, model.eval_rv_shapes())[1])
     posteriors = []
     for k in range(w):
         sl = slice(k * n, (k + 1) * n)

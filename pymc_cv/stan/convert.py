@@ -50,7 +50,7 @@ def allow_nested_event_loop():
 
     Examples
     --------
-    >>> from pymc_cv.adapters.stan import allow_nested_event_loop
+    >>> from pymc_cv.stan.convert import allow_nested_event_loop
     >>> allow_nested_event_loop()      # outside a running event loop: nothing to do
     """
     import asyncio

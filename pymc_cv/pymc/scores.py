@@ -23,7 +23,7 @@ __all__ = ["compute_scores"]
 _CHUNK = 20_000  # draws per batched call, to bound memory on very long runs
 
 
-def _check_model(model):
+def check_model(model):
     discrete = [rv.name for rv in model.free_RVs if rv.type.dtype.startswith(("int", "uint", "bool"))]
     if discrete:
         raise ValueError(
@@ -76,7 +76,7 @@ def _check_same_data(idata, model):
         )
 
 
-def _batched(fn_inputs, outputs, replace, compile_kwargs):
+def batched(fn_inputs, outputs, replace, compile_kwargs):
     import pytensor
     from pytensor.compile.mode import Mode, get_mode
     from pytensor.graph.replace import vectorize_graph
@@ -90,19 +90,19 @@ def _batched(fn_inputs, outputs, replace, compile_kwargs):
     return pytensor.function(fn_inputs, batched, on_unused_input="ignore", mode=mode, **kwargs)
 
 
-def _batch_input(var):
+def batch_input(var):
     import pytensor.tensor as pt
 
     return pt.tensor(dtype=var.dtype, shape=(None,) + var.type.shape, name=f"{var.name}_draws")
 
 
-def _posterior_fn(model, compile_kwargs):
+def posterior_fn(model, compile_kwargs):
     """Names and a compiled map from batched value-variable draws to the free RVs (constrained)
     and deterministics: the variables of ``pm.sample``'s posterior."""
     rvs = [*model.free_RVs, *model.deterministics]
     outs = model.replace_rvs_by_values(rvs)
-    inputs = {v: _batch_input(v) for v in model.value_vars}
-    return [rv.name for rv in rvs], _batched([inputs[v] for v in model.value_vars], outs, inputs,
+    inputs = {v: batch_input(v) for v in model.value_vars}
+    return [rv.name for rv in rvs], batched([inputs[v] for v in model.value_vars], outs, inputs,
                                              dict(compile_kwargs or {}))
 
 
@@ -120,8 +120,8 @@ def _forward_transform_fn(model, compile_kwargs):
         expr = tr.forward(core[rv], *rv.owner.inputs)
         # parameters of a transform (e.g. Uniform bounds) may depend on other free RVs
         outs.append(graph_replace(expr, {r: core[r] for r in model.free_RVs if r is not rv}, strict=False))
-    inputs = {rv: _batch_input(core[rv]) for rv in model.free_RVs}
-    return _batched([inputs[rv] for rv in model.free_RVs], outs, {core[rv]: inputs[rv] for rv in model.free_RVs},
+    inputs = {rv: batch_input(core[rv]) for rv in model.free_RVs}
+    return batched([inputs[rv] for rv in model.free_RVs], outs, {core[rv]: inputs[rv] for rv in model.free_RVs},
                     compile_kwargs)
 
 
@@ -132,9 +132,9 @@ def _score_fn(model, compile_kwargs):
 
     logp = model.logp(jacobian=True)
     grads = pt.grad(logp, model.value_vars)
-    inputs = {v: _batch_input(v) for v in model.value_vars}
+    inputs = {v: batch_input(v) for v in model.value_vars}
     try:
-        return _batched([inputs[v] for v in model.value_vars], [logp, *grads], inputs, compile_kwargs), True
+        return batched([inputs[v] for v in model.value_vars], [logp, *grads], inputs, compile_kwargs), True
     except Exception:  # an Op without a batched form: fall back to one call per draw
         return (model.compile_logp(jacobian=True, **compile_kwargs),
                 model.compile_dlogp(jacobian=True, **compile_kwargs)), False
@@ -218,7 +218,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
 
     bmb = model if bambi.is_bambi_model(model) else None
     model = bambi.pymc_model(bmb) if bmb is not None else pm.modelcontext(model)
-    _check_model(model)
+    check_model(model)
     compile_kwargs = dict(compile_kwargs or {})
     if not compat.is_inference_data(idata) or "posterior" not in compat.group_names(idata):
         raise ValueError("idata has no 'posterior' group; pass the InferenceData (DataTree on ArviZ 1) returned "
@@ -273,7 +273,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
             "pymc_cv.summary will refuse them until they are removed or the model is fixed.",
             stacklevel=2,
         )
-    dims, coords = _dims_and_coords(model, shapes)
+    dims, coords = dims_and_coords(model, shapes)
     new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
     if not extend_inferencedata:
         return new
@@ -337,7 +337,7 @@ def _check_recorded_logp(idata, post, model_logp, model, from_bambi):
         "be wrong.")
 
 
-def _dims_and_coords(model, shapes):
+def dims_and_coords(model, shapes):
     """Dims of each value variable (those of its random variable) and the model's coords."""
     dims = {}
     for value in model.value_vars:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from .heldout import _blocks, jackknife_bias, split_parts
-from .kernel_cv import ExactHeldout, kernel_predictor, stein_gram
-from .linalg import cholesky_jitter
-from .nystrom import chunk_heldout, coefficient_se, design_for, normal_fit_on
+from .core.heldout import heldout_blocks, jackknife_bias, split_parts
+from .core.kernel_cv import ExactHeldout, kernel_predictor, stein_gram
+from .core.linalg import cholesky_jitter
+from .core.nystrom import chunk_heldout, coefficient_se, design_for, normal_fit_on
 
 __all__ = ["fit_nystrom_heldout_dask"]
 
@@ -26,7 +26,7 @@ _ROWS = 20_000  # draws per chunk (whole held-out blocks), as the serial path's 
 def _chunks(labels, rows):
     """A permutation of the draws putting every held-out block in one piece, and chunk sizes of
     about ``rows`` draws made of whole blocks."""
-    blocks = _blocks(labels)
+    blocks = heldout_blocks(labels)
     perm = np.concatenate(blocks)
     sizes, current = [], 0
     for b in blocks:
@@ -63,7 +63,7 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
     >>> from distributed import Client, LocalCluster
     >>> from pymc_cv.core.kernels import make_kernel
     >>> from pymc_cv.core.nystrom import fit_nystrom_heldout
-    >>> from pymc_cv.core.nystrom_dask import fit_nystrom_heldout_dask
+    >>> from pymc_cv.distributed_nystrom import fit_nystrom_heldout_dask
     >>> x = np.random.default_rng(0).normal(size=(3000, 2))
     >>> y = (np.sin(x[:, :1]) + x[:, :1] ** 2)
     >>> args = (x, -x, y, np.zeros(3000, dtype=int), 1, make_kernel("se", 2, x), np.ones((1, 1)), 1e-4, [0, 1],

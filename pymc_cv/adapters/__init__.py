@@ -1,1 +1,0 @@
-"""Adapters that turn a PyMC model or a Stan fit into draws and scores on the unconstrained space."""
