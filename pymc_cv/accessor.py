@@ -12,6 +12,9 @@ functions directly there.
 
 from __future__ import annotations
 
+from .pymc.scores import compute_scores
+from .summary import summary
+
 __all__ = ["CVAccessor", "register"]
 
 
@@ -23,14 +26,10 @@ class CVAccessor:
 
     def scores(self, model=None, **kwargs):
         """Add the unconstrained draws and the scores in place; see :func:`pymc_cv.compute_scores`."""
-        from .pymc.scores import compute_scores
-
         return compute_scores(self._obj, model, **kwargs)
 
     def summary(self, var_names=None, **kwargs):
         """Plain and CV posterior means; see :func:`pymc_cv.summary`."""
-        from .summary import summary
-
         return summary(self._obj, var_names, **kwargs)
 
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import compat
-from .cluster import check_client
+from .cluster import check_client, map_units
 from .convergence import divergence_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
@@ -19,7 +19,11 @@ from .core.score_check import apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
 from .core.standard_errors import mcse_mean
 from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
+from .metacv import MetaCV
 from .progress import progress_bar
+from .pymc.bambi import is_bambi_model, pymc_model
+from .pymc.population import POPULATION, population_draws
+from .pymc.scores import compute_scores
 
 __all__ = ["summary"]
 
@@ -391,8 +395,6 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
 
 def _check_scores_are_of(idata, model):
     """Scores already in ``idata`` are used; they must be of ``model``'s value variables."""
-    from .pymc.bambi import is_bambi_model, pymc_model
-
     pm_model = pymc_model(model) if is_bambi_model(model) else model
     have = sorted(compat.group(idata, UNCONSTRAINED).data_vars)
     want = sorted(v.name for v in pm_model.value_vars)
@@ -430,7 +432,6 @@ def _with_scores(idata, model, progressbar, compile_kwargs=None, check_logp=True
         return idata
     if model is None:
         stacked_draws_and_scores(idata)  # raises, saying how to get the scores
-    from .pymc.scores import compute_scores
 
     return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar,
                           compile_kwargs=compile_kwargs, check_logp=check_logp)
@@ -469,7 +470,6 @@ def _fit_units(X, S, settings, units, client, progressbar):
                 fitted.append(_fit_unit(X, S, settings, unit))
                 bar.advance(task_id, len(unit[1]))
         return fitted
-    from .cluster import map_units
 
     return map_units(_fit_unit, units, shared=(X, S, settings), client=client, progressbar=progressbar,
                      description="Control variates")
@@ -571,7 +571,6 @@ class _RowFitter:
         if len(vals) < 4:
             raise ValueError(f"method='metacv' needs at least 4 tasks in a group; '{labels[0]}' has {len(vals)}. "
                              "Use 'vvcv' for a few tasks.")
-        from .metacv import MetaCV
 
         # few draws per meta-task keep meta-training quick; every draw is still averaged in estimate
         settings = {"progressbar": False, "random_seed": self.seed, "meta_iterations": 1000,
@@ -622,7 +621,6 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
     if model is not None:
         import pymc as pm
 
-        from .pymc.bambi import is_bambi_model
 
         if not (isinstance(model, pm.Model) or is_bambi_model(model)):
             raise TypeError(f"`model` must be a pymc.Model or a fitted bambi.Model; got {type(model).__name__}.")
@@ -679,8 +677,6 @@ def _temperature_table(idata, var_names, model, method, B, check_scores, progres
                        ci_prob):
     """Rows ``name (t = ...)``: each quantity at every temperature of a population run, the
     temperatures as the tasks of one vv-CV (per-temperature ``cv_estimate`` for a single-task method)."""
-    from .pymc.population import POPULATION, population_draws
-
     if model is None:
         raise ValueError("tasks='temperature' needs the model (summary(idata, model=model)) for the scores at "
                          "every temperature.")

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .linalg import gls_solve, loo_residuals, reml_projector
+from .heldout import deletion_residuals, jackknife_bias
+from .linalg import cholesky_jitter, gls_from_solves, gls_solve, loo_residuals, reml_projector
 from .polynomial import n_polynomial_features, stein_polynomial_features
 
 __all__ = ["KernelCVFit", "design_matrix", "fit_kernel_cv", "polynomial_part", "stein_gram"]
@@ -161,9 +162,6 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_f
     a predictor of its zero-mean part at new draws.
     """
     from scipy.linalg import lapack
-
-    from .heldout import deletion_residuals, jackknife_bias
-    from .linalg import cholesky_jitter, gls_from_solves
 
     N, k = Y.shape
     A = stein_gram(kernel, B, X, S, tau)

@@ -7,11 +7,12 @@ import time
 
 import numpy as np
 
-from ..cluster import check_client
+from ..cluster import check_client, map_units
 from ..core.finalize import Candidate, finalize
 from ..core.score_check import apply_stein_check
 from ..core.uncertainty import heavy_tail_note
 from ..core.validation import check_chain, check_task
+from ..progress import progress_bar
 from .maml import build_functions
 from .network import init_params, n_params
 
@@ -211,7 +212,6 @@ class MetaCV:
         theta0 = init_params(d, self.hidden, rng)
         compile_seconds = self._compile(theta0)
 
-        from ..progress import progress_bar
 
         B = int(self.task_batch)
         history = np.empty(int(self.meta_iterations))
@@ -292,7 +292,6 @@ class MetaCV:
         """:meth:`_heldout_residuals`, here or in chunks of tasks on the workers of ``client``."""
         if client is None:
             return self._heldout_residuals(tasks, crossfit)
-        from ..cluster import map_units
 
         # a few chunks per worker balance uneven tasks; within a chunk tasks still adapt in batches
         n_chunks = min(len(tasks), 4 * max(len(client.scheduler_info()["workers"]), 1))

@@ -20,6 +20,12 @@ import copy
 import numpy as np
 
 from .. import compat
+from ..cluster import check_client, map_units
+from ..core.threads import one_blas_thread
+from ..evidence.ladder import even_exchange_ladder, power_ladder
+from ..progress import progress_bar
+from .scores import dims_and_coords, posterior_fn
+from .tempering import TemperedSampler, compiled, kept_model, loglik_terms, model_token
 
 __all__ = ["sample_population", "run_population", "population_draws", "population_group", "value_draws",
            "POPULATION", "population_chain"]
@@ -152,8 +158,6 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     """
     import pymc as pm
 
-    from ..cluster import check_client
-    from .tempering import compiled
 
     model = pm.modelcontext(model)
     t = population_ladder(temperatures)
@@ -174,10 +178,6 @@ def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, ra
     """:func:`sample_population` with a validated ladder and either a compiled
     :class:`~pymc_cv.pymc.tempering.TemperedSampler` (thermodynamic_integration keeps one
     per model) or the model, whose sampler is then compiled where the chains run."""
-    from ..cluster import map_units
-    from ..core.threads import one_blas_thread
-    from .tempering import TemperedSampler, model_token
-
     model = sampler.source if isinstance(sampler, TemperedSampler) else sampler
     token = None if client is None else model_token(model)  # workers reuse what they compiled for it
     root = np.random.SeedSequence(random_seed)
@@ -187,8 +187,6 @@ def run_population(sampler, temperatures, *, draws, tune, chains, swap_every, ra
         temperatures = _adapted_ladder(model, token, compile_kwargs, temperatures, tune, swap_every, pilot, client)
     settings = (model, token, compile_kwargs, temperatures, draws, tune, swap_every)
     if client is None and isinstance(sampler, TemperedSampler):
-        from ..progress import progress_bar
-
         runs = []
         with progress_bar(progressbar) as bar:  # one step per iteration of the population
             task = bar.add_task(f"Population MCMC, {temperatures.size} temperatures", completed=0,
@@ -211,9 +209,6 @@ _PILOT_ROUNDS = (1, 2, 4)
 def _adapted_ladder(model, token, compile_kwargs, temperatures, tune, swap_every, seed_sequence, client):
     """The ladder after a pilot: rounds of one population chain (tune // 2 iterations in all, at least
     20 a round), each followed by moving the rungs to even exchange rates (Syed et al. 2022)."""
-    from ..cluster import map_units
-    from ..evidence.ladder import even_exchange_ladder
-
     t = temperatures
     total = max(tune // 2, 20 * len(_PILOT_ROUNDS))
     for share, ss in zip(_PILOT_ROUNDS, seed_sequence.spawn(len(_PILOT_ROUNDS))):
@@ -227,18 +222,12 @@ def _adapted_ladder(model, token, compile_kwargs, temperatures, tune, swap_every
 def population_chain(model, token, compile_kwargs, temperatures, draws, tune, swap_every, seed):
     """One population chain of ``model`` from ``seed``: the unit of work on a dask worker (the
     walkers of a chain are coupled by the exchanges, so a chain is never split)."""
-    from ..core.threads import one_blas_thread
-    from ..progress import progress_bar
-    from .tempering import compiled, kept_model
-
     _, sampler = compiled(kept_model(model, token), compile_kwargs, need_nuts=True)
     with progress_bar(False) as bar, one_blas_thread():
         return _run_chain(sampler, temperatures, draws, tune, swap_every, seed, bar, 0)
 
 
 def population_ladder(temperatures):
-    from ..evidence.ladder import power_ladder
-
     if temperatures is None:
         return power_ladder(16)
     if np.ndim(temperatures) == 0:
@@ -252,8 +241,6 @@ def population_ladder(temperatures):
 
 
 def _to_inference_data(model, t, runs, compile_kwargs):
-    from .scores import dims_and_coords, posterior_fn
-
     n_chain, n_draw, w = len(runs), len(runs[0]["loglik"]), t.size
     value_vars = model.value_vars
     values = {v.name: np.stack([np.stack([[p[k][v.name] for k in range(w)] for p in run["points"]])
@@ -304,8 +291,6 @@ def population_draws(idata, model=None, compile_kwargs=None):
     """
     import pymc as pm
 
-    from .scores import dims_and_coords, posterior_fn
-    from .tempering import loglik_terms
 
     model = pm.modelcontext(model)
     pop = population_group(idata)

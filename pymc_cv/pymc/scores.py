@@ -16,7 +16,10 @@ import weakref
 import numpy as np
 
 from .. import compat
+from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..groups import SCORE, UNCONSTRAINED, with_cv_groups
+from ..progress import progress_bar
+from . import bambi
 
 __all__ = ["compute_scores"]
 
@@ -214,7 +217,6 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     """
     import pymc as pm
 
-    from . import bambi
 
     bmb = model if bambi.is_bambi_model(model) else None
     model = bambi.pymc_model(bmb) if bmb is not None else pm.modelcontext(model)
@@ -233,7 +235,6 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     value_vars = model.value_vars
     have_values = _check_draws_match(post, model, shapes)
 
-    from ..progress import progress_bar
 
     if have_values:
         values = [_flat(post, v.name, n) for v in value_vars]
@@ -313,8 +314,6 @@ def _recorded_logp(idata, post):
 
 
 def _check_recorded_logp(idata, post, model_logp, model, from_bambi):
-    from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
-
     recorded = _recorded_logp(idata, post)
     if recorded is None:
         return

@@ -15,7 +15,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .scores import batch_input, batched, check_model
+from .. import compat
+from ..compat import smc_imh_kernel
+from ..core.threads import one_blas_thread
+from ..progress import progress_bar
+from .scores import batch_input, batched, check_model, compute_scores
 
 __all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
            "sample_rung", "smc_rungs", "model_token", "kept_model"]
@@ -180,9 +184,6 @@ def rung_arrays(vals, terms, chain):
 
 def rung_arrays_of(idata, model, terms):
     """:func:`rung_arrays` of one rung's InferenceData (scores computed when it has none)."""
-    from .. import compat
-    from .scores import compute_scores
-
     post = compat.group(idata, "posterior")
     if not all(v.name in post for v in model.value_vars):
         idata = compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
@@ -197,8 +198,6 @@ def sample_rung(model, token, compile_kwargs, draws, tune, chains, rung):
     """One unit of thermodynamic integration: ``rung`` = (temperature, seed) -> its
     :func:`rung_arrays`.  A pure function of its arguments, run here or on a dask worker
     (``token``: see :func:`kept_model`; None here)."""
-    from ..core.threads import one_blas_thread
-
     model = kept_model(model, token)
     temperature, seed = rung
     terms, tempered = compiled(model, compile_kwargs, need_nuts=True)
@@ -214,9 +213,6 @@ def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, 
     Particles of one stage are resampled and moved by MCMC, so they are not independent; the
     standard errors computed from them treat them as if they were.
     """
-    from ..compat import smc_imh_kernel
-    from ..progress import progress_bar
-
     check_temperable(model)
     rng = np.random.default_rng(random_seed)
     kernel = smc_imh_kernel(model, draws, rng, threshold, compile_kwargs)

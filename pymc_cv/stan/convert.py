@@ -22,7 +22,9 @@ import sys
 import numpy as np
 
 from .. import compat
+from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..groups import with_cv_groups
+from ..progress import progress_bar
 
 __all__ = ["from_pystan", "from_cmdstanpy", "PowerPosteriorTerms"]
 
@@ -124,8 +126,6 @@ class _StanDensity:
 
 def _scores(density, post, progressbar):
     """Unconstrained draws and scores, (chain, draw, k), of every draw of the posterior group."""
-    from ..progress import progress_bar
-
     draws = _constrained_draws(post, list(density.posterior.param_names))
     X, G = [], []
     with progress_bar(progressbar) as bar, density.batch():
@@ -157,8 +157,6 @@ def _build(stan, program_code, data):
 def _check_recorded_logp(density, idata, X, per_chain=16):
     """Stan's log density at a few draws of every chain against its ``lp__``: equal up to a constant
     per chain, or the draws and the program are not the pair that was sampled."""
-    from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
-
     if "sample_stats" not in compat.group_names(idata) or "lp" not in compat.group(idata, "sample_stats"):
         return
     recorded = np.asarray(compat.group(idata, "sample_stats")["lp"].transpose("chain", "draw").values, dtype=float)
