@@ -1,5 +1,7 @@
 """pymc-cv: Stein control variates for PyMC and Stan posterior draws."""
 
+import importlib
+
 from . import compat as _compat
 from .accessor import register as _register_accessor
 from .core import CVResult, cv_estimate, vvcv_estimate
@@ -32,8 +34,6 @@ _LAZY = {
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'pymc_cv' has no attribute {name!r}")
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 from .pymc.scores import compute_scores
 from .summary import summary
 
+# xarray (ArviZ 1's DataTree accessor) loads inside the functions that use it: `import pymc_cv` stays cheap without it.
+
 __all__ = ["CVAccessor", "register"]
 
 

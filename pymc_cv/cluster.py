@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from .progress import progress_bar
 
+# dask.distributed loads inside the functions that use it, and only with a client: it is optional.
+
 __all__ = ["check_client", "map_units"]
 
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import warnings
 
 import numpy as np
+
+# ArviZ and PyMC load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
 __all__ = [
     "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
@@ -298,8 +301,6 @@ def setup_step(step, rng, tune, draws):
 def smc_imh_kernel(model, draws, rng, threshold, compile_kwargs):
     """PyMC's SMC kernel (IMH), initialised, compiled in the mode the rest of the run uses (a model
     compiled in two backends, e.g. Numba and C, broke its scan's inner graph on the next run)."""
-    import inspect
-
     from pymc.smc.kernels import IMH, SMC_KERNEL
 
     kwargs = {}

@@ -6,6 +6,8 @@ import numpy as np
 
 from .evidence.plot import axes_for, plot_ti_curve
 
+# matplotlib loads inside the functions that use it: `import pymc_cv` stays cheap without it.
+
 __all__ = ["plot_ti_curve", "plot_estimates", "plot_forest", "plot_variance_reduction", "plot_cv_fit"]
 
 

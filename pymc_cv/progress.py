@@ -6,6 +6,8 @@ rich is imported directly, not through PyMC: importing PyMC costs seconds, which
 
 from __future__ import annotations
 
+# rich loads inside the functions that use it: `import pymc_cv` stays cheap without it.
+
 __all__ = ["progress_bar"]
 
 

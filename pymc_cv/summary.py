@@ -25,6 +25,8 @@ from .pymc.bambi import is_bambi_model, pymc_model
 from .pymc.population import POPULATION, population_draws
 from .pymc.scores import compute_scores
 
+# pandas and PyMC load inside the functions that use them: `import pymc_cv` stays cheap without them.
+
 __all__ = ["summary"]
 
 _INTERVAL = ["lb", "ub", "cv_lb", "cv_ub"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
 
 from .heldout import deletion_residuals, jackknife_bias
 from .linalg import cholesky_jitter, gls_from_solves, gls_solve, loo_residuals, reml_projector
@@ -161,8 +162,6 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_f
     Returns a list of :class:`ExactHeldout`, one per order; with ``keep_fit`` (T = 1) each carries
     a predictor of its zero-mean part at new draws.
     """
-    from scipy.linalg import lapack
-
     N, k = Y.shape
     A = stein_gram(kernel, B, X, S, tau)
     k0_scale = float(np.mean(np.diag(A) / np.diag(B)[tau]))

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# pandas and xarray load inside the conversions that use them: the core needs neither.
+
 __all__ = ["CVResult"]
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 from contextlib import nullcontext
 
+# threadpoolctl loads inside the functions that use it: `import pymc_cv` stays cheap without it.
+
 __all__ = ["SMALL", "blas_threads", "one_blas_thread", "single_threaded_when_small"]
 
 SMALL = 1500

@@ -53,7 +53,7 @@ def fit_zero_variance(X, S, y, order, penalty=None, seed=0, cross=True):
         return coef[0], coef[1:]
     psi = stein_polynomial_features(X, S, order, cross)
     n = psi.shape[0]
-    from sklearn.linear_model import LassoCV, RidgeCV
+    from sklearn.linear_model import LassoCV, RidgeCV  # scikit-learn loads only for penalised fits
 
     cv = min(5, n)
     if penalty == "ridge":

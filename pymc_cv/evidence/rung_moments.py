@@ -8,6 +8,7 @@ score is t grad log p(y|x) + grad log p(x).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,8 +63,6 @@ def _or_zeros(a, n):
 
 def concat_moments(parts, order=None):
     """One :class:`RungMoments` from several (rungs in the order given, then permuted by ``order``)."""
-    import dataclasses
-
     merged = {}
     for f in dataclasses.fields(RungMoments):
         if f.name != "notes":

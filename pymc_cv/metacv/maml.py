@@ -13,6 +13,8 @@ import numpy as np
 
 from .network import stein_term
 
+# PyTensor and PyMC load inside the functions that use them: `import pymc_cv` stays cheap without them.
+
 __all__ = ["build_functions"]
 
 

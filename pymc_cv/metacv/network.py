@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+# PyTensor loads inside the functions that use it: `import pymc_cv` stays cheap without it.
+
 __all__ = ["layer_shapes", "n_params", "init_params", "stein_term"]
 
 

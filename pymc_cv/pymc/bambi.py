@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+# Bambi and xarray load inside the functions that use them: `import pymc_cv` stays cheap without them.
+
 __all__ = ["is_bambi_model", "pymc_model", "sampled_posterior"]
 
 

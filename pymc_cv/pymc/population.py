@@ -27,6 +27,8 @@ from ..progress import progress_bar
 from .scores import dims_and_coords, posterior_fn
 from .tempering import TemperedSampler, compiled, kept_model, loglik_terms, model_token
 
+# PyMC loads inside the functions that use it: `import pymc_cv` stays cheap without it.
+
 __all__ = ["sample_population", "run_population", "population_draws", "population_group", "value_draws",
            "POPULATION", "population_chain"]
 

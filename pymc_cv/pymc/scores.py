@@ -21,6 +21,8 @@ from ..groups import SCORE, UNCONSTRAINED, with_cv_groups
 from ..progress import progress_bar
 from . import bambi
 
+# PyMC and PyTensor load inside the functions that use them: `import pymc_cv` stays cheap without them.
+
 __all__ = ["compute_scores"]
 
 _CHUNK = 20_000  # draws per batched call, to bound memory on very long runs

@@ -9,6 +9,7 @@ seed, not on which rungs the step sampled before: rungs can run in any order, on
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import weakref
 from collections import OrderedDict
@@ -20,6 +21,8 @@ from ..compat import smc_imh_kernel
 from ..core.threads import one_blas_thread
 from ..progress import progress_bar
 from .scores import batch_input, batched, check_model, compute_scores
+
+# PyMC and PyTensor load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
 __all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
            "sample_rung", "smc_rungs", "model_token", "kept_model"]
@@ -143,8 +146,6 @@ _KEEP = 4
 
 def model_token(model):
     """A digest of the pickled model: equal for copies of one model, different after pm.set_data."""
-    import hashlib
-
     import cloudpickle
 
     return hashlib.sha256(cloudpickle.dumps(model)).hexdigest()

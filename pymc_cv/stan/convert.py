@@ -14,10 +14,12 @@ PyStan as well; httpstan caches builds on disk, so each program compiles once pe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import sys
+import warnings
 
 import numpy as np
 
@@ -25,6 +27,8 @@ from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..groups import with_cv_groups
 from ..progress import progress_bar
+
+# PyStan and httpstan load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
 __all__ = ["from_pystan", "from_cmdstanpy", "PowerPosteriorTerms"]
 
@@ -55,8 +59,6 @@ def allow_nested_event_loop():
     >>> from pymc_cv.stan.convert import allow_nested_event_loop
     >>> allow_nested_event_loop()      # outside a running event loop: nothing to do
     """
-    import asyncio
-
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -139,8 +141,6 @@ def _scores(density, post, progressbar):
     X, G = np.array(X), np.array(G)
     bad = int(np.sum(~np.isfinite(G).all(axis=1)))
     if bad:
-        import warnings
-
         warnings.warn(f"The Stan scores are NaN or inf at {bad} draw(s); pymc_cv.summary will refuse them.",
                       stacklevel=3)
     shape = (post.sizes["chain"], post.sizes["draw"], X.shape[1])
