@@ -22,6 +22,7 @@ Every estimator (``cv_estimate``, ``vvcv_estimate``, ``MetaCV.estimate``) produc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -115,6 +116,33 @@ def _label(kind, j):
     return f"{kind} {j}"
 
 
+class Assessment(NamedTuple):
+    """What a candidate would report for one integrand (its column ``i``)."""
+
+    cand: Candidate
+    i: int
+    variance_reduction: float
+    se: float  # as reported: model, held-out and jackknife parts, plus |bias|
+    resid: np.ndarray
+    bias: float
+
+
+class Reported(NamedTuple):
+    """One integrand's line of the result."""
+
+    estimate: float
+    se: float
+    mc_estimate: float
+    mc_se: float
+    method: str
+    variance_reduction: float
+    khat: float
+    hyperparameters: dict | None
+    resid: np.ndarray
+    jackknife_bias: float
+    fit: CVFit | None = None
+
+
 def _assess(cand, i, sd_y, c, mcse, floor):
     """The se this candidate would report for integrand i, and its held-out variance reduction."""
     r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
@@ -149,7 +177,7 @@ def _assess(cand, i, sd_y, c, mcse, floor):
     bias = jack if np.isfinite(jack) else cand.crossfit_gap(i, r)
     # added, not in quadrature: a bias of the fit, not noise independent of the rest
     se_all = se + abs(bias)
-    return {"cand": cand, "i": i, "vr": vr, "se": se_all, "r": r, "bias": bias}
+    return Assessment(cand, i, vr, se_all, r, bias)
 
 
 def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integrand", notes=None,
@@ -178,58 +206,64 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     cols = [np.asarray(Y[:, j]) for j in range(Y.shape[1])] if isinstance(Y, np.ndarray) else list(Y)
     chains = chain if isinstance(chain, list) else [chain] * len(cols)
     notes = list(notes or [])
-    out = {k: [] for k in ("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid", "fit", "bias")}
     mc_ess = (effective_sample_sizes(np.column_stack(cols), chain)
               if not isinstance(chain, list) and len({y.size for y in cols}) == 1 and cols[0].size >= 2 else None)
+    lines = []
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc = float(np.mean(y))
         mcse = mcse_mean(y, c) if mc_ess is None else float(np.std(y, ddof=1) / np.sqrt(mc_ess[j]))
-        floor = roundoff_floor(y)
-        sd_y = float(np.std(y))
-        tried = []
-        for cand in candidates:
-            i = cand.index_of(j)
-            if i is None or not np.isfinite(cand.estimate[i]):
-                continue
-            tried.append(_assess(cand, i, sd_y, c, mcse, floor))
-        if sd_y == 0.0:  # a constant integrand is known exactly
-            rec = (mc, floor, "mc", np.inf, True, np.nan, None, y - mc)
-        elif not tried:
-            rec = (mc, mcse, "mc", 1.0, True, np.nan, None, y - mc)
-        else:
-            # the smallest se as reported (model, held-out and jackknife parts), not the held-out
-            # one alone: a fit that looks best on held-out draws but moves with them loses
-            helped = [a for a in tried if a["vr"] > 1.0]  # no fallback to MC while a CV beat it
-            a = tried[0] if choose == "first" else min(helped or tried, key=lambda a: a["se"])
-            cand, i, vr, se, r = a["cand"], a["i"], a["vr"], a["se"], a["r"]
-            name = method_label or cand.name
-            if vr <= 1.0 and fallback:
-                notes.append(f"{_label(kind, j)}: no control variate beat plain MC on held-out draws "
-                             f"({name}: variance reduction {vr:.2f}); reporting the MC mean.")
-                rec = (mc, mcse, "mc", vr, True, np.nan, None, y - mc)
-            else:
-                if vr <= 1.0:
-                    notes.append(f"{_label(kind, j)}: {name} did not beat plain MC on held-out draws "
-                                 f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
-                                 "method='auto' or 'mc'.")
-                z = cand.z[i] if isinstance(cand.z, list) else cand.z[:, i]
-                rec = (float(cand.estimate[i]), se, name, vr, True, residual_khat(z), cand.info, r)
-        est, se, name, vr, ok, khat, info, r = rec
-        for key, val in zip(("est", "se", "mc", "mcse", "meth", "vr", "ok", "khat", "hyper", "resid", "bias"),
-                            (est, se, mc, mcse, name, vr, ok, khat, info, r - np.mean(r),
-                             a["bias"] if info is not None else 0.0)):
-            out[key].append(val)
+        line, chosen = _report(j, y, c, mc, mcse, candidates, choose, fallback, kind, method_label, notes)
         if standardizer is not None:
-            chosen = info is not None and cand.predictor is not None
-            zero_mean = column_predictor(cand.predictor, i) if chosen else (lambda X, S: np.zeros(X.shape[0]))
-            out["fit"].append(CVFit(name, est, zero_mean, standardizer))
-
+            with_fit = chosen is not None and chosen.cand.predictor is not None
+            zero_mean = (column_predictor(chosen.cand.predictor, chosen.i) if with_fit
+                         else (lambda X, S: np.zeros(X.shape[0])))
+            line = line._replace(fit=CVFit(line.method, line.estimate, zero_mean, standardizer))
+        lines.append(line)
     return CVResult(
-        estimate=np.asarray(out["est"], float), se=np.asarray(out["se"], float),
-        mc_estimate=np.asarray(out["mc"], float), mc_se=np.asarray(out["mcse"], float),
-        method=np.asarray(out["meth"], object), variance_reduction=np.asarray(out["vr"], float),
-        se_reliable=np.asarray(out["ok"], bool), khat=np.asarray(out["khat"], float),
-        jackknife_bias=np.asarray(out["bias"], float),
-        hyperparameters=out["hyper"], notes=notes, values=[np.array(y, dtype=float) for y in cols],
-        heldout_residuals=out["resid"], fits=out["fit"] if standardizer is not None else None,
+        estimate=np.array([ln.estimate for ln in lines], float), se=np.array([ln.se for ln in lines], float),
+        mc_estimate=np.array([ln.mc_estimate for ln in lines], float),
+        mc_se=np.array([ln.mc_se for ln in lines], float),
+        method=np.array([ln.method for ln in lines], object),
+        variance_reduction=np.array([ln.variance_reduction for ln in lines], float),
+        se_reliable=np.ones(len(lines), bool), khat=np.array([ln.khat for ln in lines], float),
+        jackknife_bias=np.array([ln.jackknife_bias for ln in lines], float),
+        hyperparameters=[ln.hyperparameters for ln in lines], notes=notes,
+        values=[np.array(y, dtype=float) for y in cols], heldout_residuals=[ln.resid for ln in lines],
+        fits=[ln.fit for ln in lines] if standardizer is not None else None,
     )
+
+
+def _report(j, y, c, mc, mcse, candidates, choose, fallback, kind, method_label, notes):
+    """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's) and the chosen
+    :class:`Assessment` (None when MC is reported)."""
+    floor = roundoff_floor(y)
+    sd_y = float(np.std(y))
+    plain = Reported(mc, mcse, mc, mcse, "mc", 1.0, np.nan, None, y - mc, 0.0)
+    if sd_y == 0.0:  # a constant integrand is known exactly
+        return plain._replace(se=floor, variance_reduction=np.inf, resid=(y - mc) - np.mean(y - mc)), None
+    tried = []
+    for cand in candidates:
+        i = cand.index_of(j)
+        if i is None or not np.isfinite(cand.estimate[i]):
+            continue
+        tried.append(_assess(cand, i, sd_y, c, mcse, floor))
+    if not tried:
+        return plain._replace(resid=(y - mc) - np.mean(y - mc)), None
+    # the smallest se as reported (model, held-out and jackknife parts), not the held-out
+    # one alone: a fit that looks best on held-out draws but moves with them loses
+    helped = [a for a in tried if a.variance_reduction > 1.0]  # no fallback to MC while a CV beat it
+    a = tried[0] if choose == "first" else min(helped or tried, key=lambda a: a.se)
+    vr = a.variance_reduction
+    name = method_label or a.cand.name
+    if vr <= 1.0 and fallback:
+        notes.append(f"{_label(kind, j)}: no control variate beat plain MC on held-out draws "
+                     f"({name}: variance reduction {vr:.2f}); reporting the MC mean.")
+        return plain._replace(variance_reduction=vr, resid=(y - mc) - np.mean(y - mc)), None
+    if vr <= 1.0:
+        notes.append(f"{_label(kind, j)}: {name} did not beat plain MC on held-out draws "
+                     f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
+                     "method='auto' or 'mc'.")
+    z = a.cand.z[a.i] if isinstance(a.cand.z, list) else a.cand.z[:, a.i]
+    line = Reported(float(a.cand.estimate[a.i]), a.se, mc, mcse, name, vr, residual_khat(z), a.cand.info,
+                    a.resid - np.mean(a.resid), a.bias if a.cand.info is not None else 0.0)
+    return line, a

@@ -16,6 +16,8 @@ draws.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..cluster import check_client
@@ -44,6 +46,30 @@ from .validation import (
 )
 
 __all__ = ["vvcv_estimate"]
+
+
+class KernelPlan(NamedTuple):
+    """How the vv-CV kernel is set up and tuned, shared by the solvers."""
+
+    kernel: object  # the base kernel before tuning
+    B: np.ndarray  # the task matrix (the start when learned)
+    learn_B: bool
+    nugget: float
+    tune: str
+    max_tune_points: object
+    folds: int
+
+
+class TaskFit(NamedTuple):
+    """A vv-CV fit of T tasks on standardised values."""
+
+    estimate: np.ndarray  # (T,)
+    se_model: np.ndarray | None
+    resid: list  # T arrays of held-out residuals
+    z: list  # the same standardised by their model sd
+    B: np.ndarray
+    hyperparameters: dict
+    jackknife_bias: np.ndarray  # (T,)
 
 
 def _poly_order(poly_order, m_min, T, d, n_total, n_tune):
@@ -192,7 +218,9 @@ def vvcv_estimate(
 
     Examples
     --------
-    >>> import numpy as np
+    >>> from typing import NamedTuple
+
+import numpy as np
     >>> import pymc_cv
     >>> rng = np.random.default_rng(0)
     >>> x = rng.normal(size=(40, 1))
@@ -231,31 +259,23 @@ def vvcv_estimate(
     kern0 = make_kernel(kernel, d, np.concatenate(Zs[:1] if shared else Zs), ard=ard)
 
     use_shared = shared and solver in ("auto", "shared") and T > 1
+    plan = KernelPlan(kern0, B0, learn, nugget, tune, max_tune_points, folds)
     if use_shared:
         # with "auto", the vv-CV without polynomial features is a candidate too: held-out error
         # decides, as cv_estimate's "auto" decides between a CF and a semi-exact CF
         orders = [order] + ([0] if poly_order == "auto" and order > 0 else [])
         cands = []
         for o in orders:
-            est_std, se_model, resid, zs, Bused, hyper, bias = _run_shared(
-                Zs[0], SZs[0], np.column_stack(yst), kern0, B0, learn, nugget, tune, o,
-                max_tune_points, folds, chains[0], rng,
-            )
-            cands.append(_candidate("shared", locs, scales, est_std, se_model,
-                                    [resid[:, t] for t in range(T)], [zs[:, t] for t in range(T)],
-                                    {**hyper, "B": Bused, "solver": "shared"}, bias))
+            fit = _run_shared(Zs[0], SZs[0], np.column_stack(yst), plan, o, chains[0], rng)
+            cands.append(_candidate("shared", locs, scales, fit))
     else:
         X = np.concatenate(Zs)
         S = np.concatenate(SZs)
         y = np.concatenate(yst)
         tau = np.repeat(np.arange(T), m)
         solver_used = solver if solver != "auto" else ("exact" if N <= exact_max_n else "inducing")
-        est_std, se_model, resid, zs, Bused, hyper, bias = _run_general(
-            X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
-            chains, solver_used, n_inducing, rng, client,
-        )
-        cands = [_candidate(solver_used, locs, scales, est_std, se_model, resid, zs,
-                            {**hyper, "B": Bused, "solver": solver_used}, bias)]
+        fit = _run_general(X, S, y, tau, T, plan, order, chains, solver_used, n_inducing, rng, client)
+        cands = [_candidate(solver_used, locs, scales, fit)]
 
     res = finalize(ys, chains, cands, choose="first" if len(cands) == 1 else "best", fallback=fallback,
                    kind="task")
@@ -275,11 +295,12 @@ def vvcv_estimate(
     return res
 
 
-def _candidate(solver, locs, scales, est_std, se_model, resid, zs, info, bias):
-    """A vv-CV fit as a finalize candidate, back in the units of the integrands."""
-    return Candidate(f"vvcv-{solver}", locs + scales * est_std, [r * sc for r, sc in zip(resid, scales)],
-                     list(zs), None if se_model is None else se_model * scales, info,
-                     jackknife_bias=bias * scales)
+def _candidate(solver, locs, scales, fit):
+    """A :class:`TaskFit` as a finalize candidate, back in the units of the integrands."""
+    return Candidate(f"vvcv-{solver}", locs + scales * fit.estimate, [r * sc for r, sc in zip(fit.resid, scales)],
+                     list(fit.z), None if fit.se_model is None else fit.se_model * scales,
+                     {**fit.hyperparameters, "B": fit.B, "solver": solver},
+                     jackknife_bias=fit.jackknife_bias * scales)
 
 
 def _tune(kern0, X, S, y, tau, T, B0, order, nugget, tune, learn):
@@ -291,21 +312,21 @@ def _tune(kern0, X, S, y, tau, T, B0, order, nugget, tune, learn):
     return h.kernel, h.nugget, h.B
 
 
-def _run_shared(X, S, Y, kern0, B0, learn, nugget, tune, order, max_tune_points, folds, chain, rng):
+def _run_shared(X, S, Y, plan, order, chain, rng):
     m, T = Y.shape
-    idx = subsample_per_task(np.zeros(m, dtype=int), 1, max_tune_points, rng)
+    idx = subsample_per_task(np.zeros(m, dtype=int), 1, plan.max_tune_points, rng)
     # one lengthscale set for all tasks: REML summed over tasks (each with its own amplitude)
     cols = np.unique(np.linspace(0, T - 1, min(T, 20)).astype(int))
-    kern, nug, _ = _tune(kern0, X[idx], S[idx], Y[np.ix_(idx, cols)], np.zeros(idx.size, dtype=int),
-                         1, np.ones((1, 1)), order, nugget, tune, False)
-    if learn:
+    kern, nug, _ = _tune(plan.kernel, X[idx], S[idx], Y[np.ix_(idx, cols)], np.zeros(idx.size, dtype=int),
+                         1, np.ones((1, 1)), order, plan.nugget, plan.tune, False)
+    if plan.learn_B:
         B = reml_task_matrix(X, S, Y, kern, nug, order)
         B += 1e-10 * np.trace(B) / T * np.eye(T)
         nug_b = nug * float(np.mean(np.diag(B)))
     else:
-        B, nug_b = B0, nug
+        B, nug_b = plan.B, nug
     fit = fit_shared_draws(X, S, Y, kern, B, nug_b, order)
-    labels = fold_labels(m, chain if chain is not None else np.zeros(m, dtype=int), folds, max_block=None)
+    labels = fold_labels(m, chain if chain is not None else np.zeros(m, dtype=int), plan.folds, max_block=None)
     resid = np.empty_like(Y)
     z = np.empty_like(Y)
     for f in np.unique(labels):
@@ -318,19 +339,20 @@ def _run_shared(X, S, Y, kern0, B0, learn, nugget, tune, order, max_tune_points,
     bias = jackknife_bias(lambda m: fit_shared_draws(X[~m], S[~m], Y[~m], kern, B, nug_b, order).intercepts, labels,
                           fit.intercepts, groups=2)
     hyper = {"kernel": kern, "nugget": nug_b, "poly_order": order}
-    return fit.intercepts, fit.intercept_se, resid, z, B, hyper, bias
+    return TaskFit(fit.intercepts, fit.intercept_se, [resid[:, t] for t in range(T)], [z[:, t] for t in range(T)], B,
+                   hyper, bias)
 
 
-def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tune_points, folds,
-                 chains, solver, n_inducing, rng, client=None):
-    idx = subsample_per_task(tau, T, max_tune_points, rng)
-    kern, nug, B = _tune(kern0, X[idx], S[idx], y[idx], tau[idx], T, B0, order, nugget, tune, learn)
+def _run_general(X, S, y, tau, T, plan, order, chains, solver, n_inducing, rng, client=None):
+    idx = subsample_per_task(tau, T, plan.max_tune_points, rng)
+    kern, nug, B = _tune(plan.kernel, X[idx], S[idx], y[idx], tau[idx], T, plan.B, order, plan.nugget, plan.tune,
+                         plan.learn_B)
     N = y.size
     labels = np.empty(N, dtype=int)
     offset = 0
     for t in range(T):
         it = np.flatnonzero(tau == t)
-        labels[it] = offset + fold_labels(it.size, chains[t], folds)
+        labels[it] = offset + fold_labels(it.size, chains[t], plan.folds)
         offset = labels[it].max() + 1
     if solver == "inducing":
         ind = np.sort(subsample_per_task(tau, T, n_inducing, rng))
@@ -345,4 +367,4 @@ def _run_general(X, S, y, tau, T, kern0, B0, learn, nugget, tune, order, max_tun
     resid = [r[tau == t] for t in range(T)]
     zs = [z[tau == t] for t in range(T)]
     hyper = {"kernel": kern, "nugget": nug, "poly_order": order}
-    return fit.beta[:T, 0], fit.beta_se[:T, 0], resid, zs, B, hyper, fit.jackknife_bias[:, 0]
+    return TaskFit(fit.beta[:T, 0], fit.beta_se[:T, 0], resid, zs, B, hyper, fit.jackknife_bias[:, 0])
