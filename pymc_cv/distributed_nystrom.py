@@ -51,8 +51,7 @@ def _chunk_heldout(Fc, Yc, labc, L, theta, a0):
     return np.concatenate([resid, z, (Fc @ a0)[:, None], e], axis=1)
 
 
-def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing, client, rows=_ROWS,
-                             keep_fit=False):
+def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_fit=False):
     """:func:`nystrom.fit_nystrom_heldout` with F on the workers of ``client``.
 
     The same fit; only the order of the sums in F'F differs, which the conditioning of the
@@ -65,11 +64,12 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
     >>> from distributed import Client, LocalCluster
     >>> from pymc_cv.core.kernels import make_kernel
     >>> from pymc_cv.core.nystrom import fit_nystrom_heldout
+    >>> from pymc_cv.core.problem import HeldoutProblem, KernelSpec
     >>> from pymc_cv.distributed_nystrom import fit_nystrom_heldout_dask
     >>> x = np.random.default_rng(0).normal(size=(3000, 2))
     >>> y = (np.sin(x[:, :1]) + x[:, :1] ** 2)
-    >>> args = (x, -x, y, np.zeros(3000, dtype=int), 1, make_kernel("se", 2, x), np.ones((1, 1)), 1e-4, [0, 1],
-    ...         np.arange(3000), np.arange(0, 3000, 15))
+    >>> args = (HeldoutProblem(x, -x, y, np.zeros(3000, dtype=int), 1, np.arange(3000)),
+    ...         KernelSpec(make_kernel("se", 2, x), np.ones((1, 1)), 1e-4, [0, 1]), np.arange(0, 3000, 15))
     >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \\
     ...         Client(cluster) as client:
     ...     far = fit_nystrom_heldout_dask(*args, client, rows=700)
@@ -81,6 +81,8 @@ def fit_nystrom_heldout_dask(X, S, Y, tau, T, kernel, B, nugget, orders, labels,
     """
     import dask.array as da
 
+    X, S, Y, tau, T, labels = problem
+    kernel, B, nugget, orders = spec
     Z, SZ, tz = X[inducing], S[inducing], tau[inducing]
     Kmm = stein_gram(kernel, B, Z, SZ, tz, Z, SZ, tz)
     Kmm = 0.5 * (Kmm + Kmm.T)

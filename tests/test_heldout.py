@@ -10,6 +10,7 @@ from pymc_cv.core.heldout import fold_labels
 from pymc_cv.core.kernel_cv import design_matrix, fit_exact_heldout, fit_kernel_cv
 from pymc_cv.core.kernels import SquaredExponential
 from pymc_cv.core.nystrom import fit_nystrom_heldout
+from pymc_cv.core.problem import HeldoutProblem, KernelSpec
 from pymc_cv.core.zero_variance import zero_variance_candidate
 
 
@@ -35,7 +36,7 @@ def test_kernel_block_deletion_residuals_and_intercepts_equal_refits(order):
     kern = SquaredExponential(lengthscale=np.array([1.2, 0.9]))
     tau, B = np.zeros(60, dtype=int), np.ones((1, 1))
     labels = fold_labels(60, np.repeat([0, 1], 30), 3)
-    fit = fit_exact_heldout(x, s, Y, tau, 1, kern, B, 1e-3, [order], labels)[0]
+    fit = fit_exact_heldout(HeldoutProblem(x, s, Y, tau, 1, labels), KernelSpec(kern, B, 1e-3, [order]))[0]
     full = fit_kernel_cv(x, s, Y[:, 0], tau, 1, kern, B, 1e-3, order)
     k0_scale = full.nugget_abs / 1e-3
     for b in np.unique(labels):
@@ -71,8 +72,9 @@ def test_nystrom_with_every_draw_inducing_is_the_exact_fit():
     kern = SquaredExponential(lengthscale=np.array([1.0, 1.0]))
     tau, B = np.zeros(40, dtype=int), np.ones((1, 1))
     labels = fold_labels(40, np.zeros(40, dtype=int), 4)
-    ex = fit_exact_heldout(x, s, y, tau, 1, kern, B, 1e-4, [1], labels)[0]
-    ny = fit_nystrom_heldout(x, s, y, tau, 1, kern, B, 1e-4, [1], labels, np.arange(40))[0]
+    problem, spec = HeldoutProblem(x, s, y, tau, 1, labels), KernelSpec(kern, B, 1e-4, [1])
+    ex = fit_exact_heldout(problem, spec)[0]
+    ny = fit_nystrom_heldout(problem, spec, np.arange(40))[0]
     np.testing.assert_allclose(ny.beta[0], ex.beta[0], rtol=1e-5)
     assert design_matrix(x, s, tau, 1, 1).shape == (40, 3)
 

@@ -9,6 +9,7 @@ from pymc_cv.core.heldout import fold_labels, jackknife_bias, split_parts
 from pymc_cv.core.kernel_cv import design_matrix, fit_exact_heldout, stein_gram
 from pymc_cv.core.kernels import SquaredExponential
 from pymc_cv.core.linalg import gls_solve
+from pymc_cv.core.problem import HeldoutProblem, KernelSpec
 from pymc_cv.core.zero_variance import zero_variance_candidate
 
 
@@ -55,7 +56,7 @@ def test_kernel_jackknife_bias_equals_direct_refits(order):
     kern = SquaredExponential(lengthscale=np.array([1.1, 0.8]))
     tau, B = np.zeros(64, dtype=int), np.ones((1, 1))
     labels = fold_labels(64, None, 10)
-    fit = fit_exact_heldout(x, s, Y, tau, 1, kern, B, 1e-3, [order], labels)[0]
+    fit = fit_exact_heldout(HeldoutProblem(x, s, Y, tau, 1, labels), KernelSpec(kern, B, 1e-3, [order]))[0]
     nugget_abs = 1e-3 * np.mean(np.diag(stein_gram(kern, B, x, s, tau)))
 
     def refit(keep):  # the same GLS on the draws kept, with the same absolute nugget

@@ -6,9 +6,10 @@ import pytest
 import pymc_cv
 from pymc_cv.core.heldout import fold_labels
 from pymc_cv.core.kernel_cv import fit_kernel_cv
-from pymc_cv.core.nystrom import fit_nystrom_heldout
 from pymc_cv.core.kernels import SquaredExponential
 from pymc_cv.core.kronecker import fit_shared_draws
+from pymc_cv.core.nystrom import fit_nystrom_heldout
+from pymc_cv.core.problem import HeldoutProblem, KernelSpec
 
 
 def _shared_problem(m=30, T=4, d=2, seed=0):
@@ -50,8 +51,8 @@ def test_inducing_points_equal_exact_solution_when_all_draws_are_inducing():
     B = np.array([[1.0, 0.5], [0.5, 1.0]])
     kern = SquaredExponential(lengthscale=np.array([1.0, 1.5]))
     exact = fit_kernel_cv(X, -X, y, tau, 2, kern, B, 1e-3, 1)
-    ind = fit_nystrom_heldout(X, -X, y[:, None], tau, 2, kern, B, 1e-3, [1], fold_labels(50, None, 5),
-                              np.arange(50))[0]
+    problem = HeldoutProblem(X, -X, y[:, None], tau, 2, fold_labels(50, None, 5))
+    ind = fit_nystrom_heldout(problem, KernelSpec(kern, B, 1e-3, [1]), np.arange(50))[0]
     np.testing.assert_allclose(ind.beta[:2, 0], exact.intercepts, atol=1e-7)
 
 

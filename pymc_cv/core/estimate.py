@@ -27,6 +27,7 @@ from .linalg import loo_residuals, restricted_loglik
 from .mixing import unmixed_columns, unmixed_note
 from .nystrom import choose_inducing
 from .polynomial import n_polynomial_features
+from .problem import HeldoutProblem, KernelSpec
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
@@ -131,12 +132,13 @@ def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, w
     Ysub = Y[:, cols]
     tau, B = np.zeros(n, dtype=int), np.ones((1, 1))
     info = {"kernel": kernel, "nugget": nugget}
+    problem = HeldoutProblem(X, S, Ysub, tau, 1, labels)
     if n <= opts["exact_max_n"]:
-        fits = fit_exact_heldout(X, S, Ysub, tau, 1, kernel, B, nugget if weights is None else nugget / weights,
-                                 orders, labels, keep_fit=opts["return_fit"])
+        spec = KernelSpec(kernel, B, nugget if weights is None else nugget / weights, orders)
+        fits = fit_exact_heldout(problem, spec, keep_fit=opts["return_fit"])
         suffix = ""
     else:
-        choice = choose_inducing(X, S, Ysub, tau, 1, kernel, B, nugget, orders, labels, rng, client=opts["client"],
+        choice = choose_inducing(problem, KernelSpec(kernel, B, nugget, orders), rng, client=opts["client"],
                                  keep_fit=opts["return_fit"])
         fits = choice.fits
         info["n_inducing"] = choice.m

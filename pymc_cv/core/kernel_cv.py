@@ -153,8 +153,9 @@ def _design_columns(d, T, order, q_all):
     return list(range(T)) + [T + t * q_all + i for t in range(T) for i in range(q)]
 
 
-def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_fit=False):
-    """Exact kernel CVs of the columns of ``Y`` (N, k) for each polynomial order in ``orders``,
+def fit_exact_heldout(problem, spec, keep_fit=False):
+    """Exact kernel CVs of the columns of ``problem.Y`` (N, k) (a :class:`~.problem.HeldoutProblem`)
+    for each polynomial order in ``spec.orders`` (a :class:`~.problem.KernelSpec`),
     all from one Cholesky factor of A = G + nugget I, with their held-out residuals in closed
     form (``heldout.deletion_residuals``), also without each quarter of the draws for the jackknife
     estimate of the bias (``heldout.jackknife_bias``); nothing N x N is kept.
@@ -162,6 +163,8 @@ def fit_exact_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, keep_f
     Returns a list of :class:`ExactHeldout`, one per order; with ``keep_fit`` (T = 1) each carries
     a predictor of its zero-mean part at new draws.
     """
+    X, S, Y, tau, T, labels = problem
+    kernel, B, nugget, orders = spec
     N, k = Y.shape
     A = stein_gram(kernel, B, X, S, tau)
     k0_scale = float(np.mean(np.diag(A) / np.diag(B)[tau]))

@@ -101,29 +101,32 @@ def _unpermuted(fit, inverse):
     return replace(fit, resid=fit.resid[inverse], z=fit.z[inverse], influence=fit.influence[inverse])
 
 
-def fit_nystrom_heldout(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing, keep_fit=False, Knm=None):
-    """Inducing-point kernel CVs of the columns of ``Y`` for each order in ``orders``; the
-    same return as :func:`kernel_cv.fit_exact_heldout`.  ``inducing`` indexes the z_j; ``Knm``,
+def fit_nystrom_heldout(problem, spec, inducing, keep_fit=False, Knm=None):
+    """Inducing-point kernel CVs of the columns of ``problem.Y`` for each order in ``spec.orders``;
+    the same return as :func:`kernel_cv.fit_exact_heldout`.  ``inducing`` indexes the z_j; ``Knm``,
     when given, is their cross Gram matrix (N, M) (``cross_gram``)."""
+    X, S, Y, tau, T, labels = problem
+    kernel, B, nugget, orders = spec
     perm = quarter_order(labels)
     if perm is not None:
         # the per-quarter normal matrices read K_NM a quarter at a time: on rows in quarter order
         # those are views; gathered by a mask each was a copy of the quarter (four per design),
         # a third of the fit's time at N = 20,000, M = 1,000
         inverse = np.argsort(perm)
-        fits = fit_nystrom_heldout(X[perm], S[perm], Y[perm], tau[perm], T, kernel, B, nugget, orders, labels[perm],
-                                   inverse[inducing], keep_fit, None if Knm is None else Knm[perm])
+        fits = fit_nystrom_heldout(problem.rows(perm), spec, inverse[inducing], keep_fit,
+                                   None if Knm is None else Knm[perm])
         return [_unpermuted(f, inverse) for f in fits]
     if Knm is None:
         Knm = cross_gram(kernel, B, X, S, tau, inducing)
-    return [fit for fit, _ in _fit_in_quarter_order(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing,
-                                                    keep_fit, Knm)]
+    return [fit for fit, _ in _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm)]
 
 
-def _fit_in_quarter_order(X, S, Y, tau, T, kernel, B, nugget, orders, labels, inducing, keep_fit, Knm, rows=None):
+def _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm, rows=None):
     """``fit_nystrom_heldout`` on draws in quarter order, as (fit, finish) per order.  ``rows``: a
     slice of whole quarters whose held-out residuals are computed now; ``finish()`` adds the
     others' (NaN until then).  Without ``rows``, all are, and ``finish`` does nothing."""
+    X, S, Y, tau, T, labels = problem
+    kernel, B, nugget, orders = spec
     Kmm = Knm[inducing]
     Kmm = 0.5 * (Kmm + Kmm.T)
     M = Kmm.shape[0]
@@ -195,31 +198,30 @@ def normal_fit_on(quarters, parts, penalty, T):
     return fit_on
 
 
-def choose_inducing(X, S, Y, tau, T, kernel, B, nugget, orders, labels, rng, *, m_start=250, m_max=1000,
-                    tol=0.1, mem_bytes=1e9, client=None, keep_fit=False):
+def choose_inducing(problem, spec, rng, *, m_start=250, m_max=1000, tol=0.1, mem_bytes=1e9, client=None,
+                    keep_fit=False):
     """Fit with M = m_start, 2 m_start, ... inducing draws and keep the M after which the held-out
     error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`.
     With a dask.distributed ``client`` the features are a dask array on its workers (the fit
     installed in :mod:`.external`) and ``mem_bytes`` no longer bounds M."""
-    N = X.shape[0]
+    N = problem.X.shape[0]
     m_cap = int(min(m_max, N // 2, max(m_start, mem_bytes // (8 * N)) if client is None else m_max))
     order = rng.permutation(N)  # nested inducing sets: each M extends the last
-    perm = quarter_order(labels)
+    perm = quarter_order(problem.labels)
     if perm is None:
-        return _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, m_cap, tol, client,
-                       keep_fit)
+        return _choose(problem, spec, order, m_start, m_cap, tol, client, keep_fit)
     # fitted in quarter order (see ``fit_nystrom_heldout``), with the same inducing draws
     inverse = np.argsort(perm)
-    choice = _choose(X[perm], S[perm], Y[perm], tau[perm], T, kernel, B, nugget, orders, labels[perm],
-                     inverse[order], m_start, m_cap, tol, client, keep_fit)
+    choice = _choose(problem.rows(perm), spec, inverse[order], m_start, m_cap, tol, client, keep_fit)
     return replace(choice, fits=[_unpermuted(f, inverse) for f in choice.fits])
 
 
-def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, m_cap, tol, client, keep_fit):
+def _choose(problem, spec, order, m_start, m_cap, tol, client, keep_fit):
     # each M is judged on the held-out residuals of half of the draws (two whole quarters, the
     # first half in quarter order); only the M kept gets the other half's.  The dask path computes
     # every draw's in one pass over the workers' features, but judges on the same half, so both
     # paths keep the same M
+    X, S, Y, tau, T, labels = problem
     half = slice(0, int(sum(q.sum() for q in split_parts(labels, 4)[:2])))
     scale = np.maximum(np.var(Y, axis=0), 1e-300)
     best, path, M, Knm = None, [], min(m_start, m_cap), None
@@ -227,12 +229,10 @@ def _choose(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order, m_start, 
         if client is None:
             # the columns of the last M are kept, not recomputed (M = 250, 500, 1,000 had computed
             # 1,750 columns to use 1,000)
-            Knm = cross_gram(kernel, B, X, S, tau, order[:M], previous=Knm)
-            fits = _fit_in_quarter_order(X, S, Y, tau, T, kernel, B, nugget, orders, labels, order[:M], keep_fit, Knm,
-                                         rows=half)
+            Knm = cross_gram(spec.kernel, spec.B, X, S, tau, order[:M], previous=Knm)
+            fits = _fit_in_quarter_order(problem, spec, order[:M], keep_fit, Knm, rows=half)
         else:
-            fits = [(f, lambda: None) for f in cluster_nystrom()(X, S, Y, tau, T, kernel, B, nugget, orders,
-                                                                        labels, order[:M], client, keep_fit=keep_fit)]
+            fits = [(f, lambda: None) for f in cluster_nystrom()(problem, spec, order[:M], client, keep_fit=keep_fit)]
         err = min(float(np.sum(np.mean(f.resid[half] ** 2, axis=0) / scale)) for f, _ in fits)
         path.append((M, err))
         improved = best is None or err < (1.0 - tol) * best[1]

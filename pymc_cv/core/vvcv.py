@@ -30,6 +30,7 @@ from .kronecker import fit_shared_draws, reml_task_matrix
 from .mixing import unmixed_columns, unmixed_note
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
+from .problem import HeldoutProblem, KernelSpec
 from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
@@ -354,15 +355,16 @@ def _run_general(X, S, y, tau, T, plan, order, chains, solver, n_inducing, rng, 
         it = np.flatnonzero(tau == t)
         labels[it] = offset + fold_labels(it.size, chains[t], plan.folds)
         offset = labels[it].max() + 1
+    problem = HeldoutProblem(X, S, y[:, None], tau, T, labels)
+    spec = KernelSpec(kern, B, nug, [order])
     if solver == "inducing":
         ind = np.sort(subsample_per_task(tau, T, n_inducing, rng))
-        args = (X, S, y[:, None], tau, T, kern, B, nug, [order], labels, ind)
         if client is None:
-            fit = fit_nystrom_heldout(*args)[0]
+            fit = fit_nystrom_heldout(problem, spec, ind)[0]
         else:
-            fit = cluster_nystrom()(*args, check_client(client))[0]
+            fit = cluster_nystrom()(problem, spec, ind, check_client(client))[0]
     else:
-        fit = fit_exact_heldout(X, S, y[:, None], tau, T, kern, B, nug, [order], labels)[0]
+        fit = fit_exact_heldout(problem, spec)[0]
     r, z = fit.resid[:, 0], fit.z[:, 0]
     resid = [r[tau == t] for t in range(T)]
     zs = [z[tau == t] for t in range(T)]
