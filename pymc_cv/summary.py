@@ -135,6 +135,33 @@ def _integrand_rows(idata, integrands, n_chain, n_draw):
     return scalar, groups
 
 
+class _Posterior(NamedTuple):
+    """Everything ``summary`` uses of the InferenceData, read once; the fits work on these arrays.
+
+    ``draws`` and ``scores`` (chain, draw, d) on the unconstrained space; ``parameter_names`` one
+    label per column of them (for the Stein check's messages); ``rows`` [(label, values (chain,
+    draw))] and ``groups`` [(labels, [values])]: the table's quantities; ``diverging`` (chain,
+    draw) or None without ``sample_stats.diverging``."""
+
+    draws: np.ndarray
+    scores: np.ndarray
+    parameter_names: list
+    rows: list
+    groups: list
+    diverging: np.ndarray | None
+
+
+def _read_posterior(idata, var_names, integrands):
+    """The :class:`_Posterior` of ``idata`` (which holds the scores); errors name what is wrong."""
+    X, S = stacked_draws_and_scores(idata)
+    _check_draws_and_scores(X, S)
+    rows, groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
+    stats = compat.group(idata, "sample_stats") if "sample_stats" in compat.group_names(idata) else {}
+    diverging = (np.asarray(stats["diverging"].transpose("chain", "draw").values, dtype=bool)
+                 if "diverging" in stats else None)
+    return _Posterior(X, S, coordinate_labels(idata), rows, groups, diverging)
+
+
 class _ResultsByRow(dict):
     """Row label -> (CVResult, index), kept in ``table.attrs``; pandas deep-copies ``attrs`` on
     every operation, and these results are read-only, so copies share them."""
@@ -371,12 +398,11 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         table = _table(records, results, notes, kind, round_to, ci_prob)
         return (table, dict(results)) if return_results else table
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
-    X, S = stacked_draws_and_scores(idata)
-    _check_draws_and_scores(X, S)
+    post = _read_posterior(idata, var_names, integrands)  # from here on, arrays only
+    X, S, rows, groups = post.draws, post.scores, post.rows, post.groups
     cv_opts, vv_opts = _split_options(options)
     cv_opts["check_scores"] = vv_opts["check_scores"] = False  # checked once, here, with names
-    flagged, divergent = _run_wide_checks(idata, X, S, check_scores, per_chain=tasks == "chain")
-    rows, groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
+    flagged, divergent = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
     _warn_unused(method, B, metacv, tasks, groups)
     every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
     settings = _Settings(cv_opts, vv_opts, B, metacv, options.get("random_seed", 0), method, ci_prob, cv_interval)
@@ -623,7 +649,6 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
     if model is not None:
         import pymc as pm
 
-
         if not (isinstance(model, pm.Model) or is_bambi_model(model)):
             raise TypeError(f"`model` must be a pymc.Model or a fitted bambi.Model; got {type(model).__name__}.")
     if integrands is not None and not isinstance(integrands, Mapping):
@@ -644,16 +669,15 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
                          "'metacv'.")
 
 
-def _run_wide_checks(idata, X, S, check_scores, per_chain):
+def _run_wide_checks(post, check_scores, per_chain):
     """Notes that concern every row: many divergent transitions and the Stein check of the scores
     (an error when grossly violated), each also a warning (a non-empty list flags every row); and
     the divergent draws (chain, draw) when they are few, for the rows' own check (else None)."""
     notes = []
+    X, S = post.draws, post.scores
     n_chain, n_draw, d = X.shape
-    stats = compat.group(idata, "sample_stats") if "sample_stats" in compat.group_names(idata) else {}
-    divergent = None
-    if "diverging" in stats:
-        divergent = np.asarray(stats["diverging"].transpose("chain", "draw").values, dtype=bool)
+    divergent = post.diverging
+    if divergent is not None:
         note, wide = divergence_note(int(divergent.sum()), divergent.size)
         # the rows' own check needs the divergent draws aligned with the draws, and one target
         if note and (wide or per_chain or divergent.shape != (n_chain, n_draw)):
@@ -661,7 +685,7 @@ def _run_wide_checks(idata, X, S, check_scores, per_chain):
             divergent = None
         elif note:
             warnings.warn(note, UserWarning, stacklevel=3)
-    names = coordinate_labels(idata) if check_scores else None
+    names = post.parameter_names
     if check_scores and per_chain:  # every chain may have a target of its own
         for c in range(n_chain):
             note = apply_stein_check(X[c], S[c], None, names=names, where=f" in chain {c}", second_order=True)

@@ -212,7 +212,6 @@ class MetaCV:
         theta0 = init_params(d, self.hidden, rng)
         compile_seconds = self._compile(theta0)
 
-
         B = int(self.task_batch)
         history = np.empty(int(self.meta_iterations))
         start = time.perf_counter()

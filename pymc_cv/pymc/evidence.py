@@ -114,7 +114,6 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
 def _population_terms(pop, model, compile_kwargs):
     import pymc as pm  # PyMC loads on first use: it takes seconds
 
-
     model = pm.modelcontext(model)
     vals = value_draws(pop, model, ("chain", "draw", "temperature"))
     terms, _ = compiled(model, compile_kwargs, need_nuts=False)

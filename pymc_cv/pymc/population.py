@@ -160,7 +160,6 @@ def sample_population(model=None, temperatures=None, *, draws=1000, tune=1000, c
     """
     import pymc as pm
 
-
     model = pm.modelcontext(model)
     t = population_ladder(temperatures)
     for name, val in (("draws", draws), ("chains", chains), ("swap_every", swap_every)):
@@ -292,7 +291,6 @@ def population_draws(idata, model=None, compile_kwargs=None):
     chain : array (chain * draw,)
     """
     import pymc as pm
-
 
     model = pm.modelcontext(model)
     pop = population_group(idata)

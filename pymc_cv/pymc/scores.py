@@ -219,7 +219,6 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     """
     import pymc as pm
 
-
     bmb = model if bambi.is_bambi_model(model) else None
     model = bambi.pymc_model(bmb) if bmb is not None else pm.modelcontext(model)
     check_model(model)
@@ -236,7 +235,6 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     shapes = model.eval_rv_shapes()
     value_vars = model.value_vars
     have_values = _check_draws_match(post, model, shapes)
-
 
     if have_values:
         values = [_flat(post, v.name, n) for v in value_vars]
