@@ -112,6 +112,19 @@ def _mc(ll, c):
     return ll.mean(), f2.mean(), mcse_mean(ll, c), mcse_mean(f2, c)
 
 
+@dataclass
+class _MomentTable:
+    """Per rung, filled in as the fits come: E[l] and E[(l - center)^2] (``est``), their se and
+    jackknife bias (pairs of arrays (w,)), the method used, whether the se is reliable, and the notes."""
+
+    est: tuple
+    se: tuple
+    bias: tuple
+    used: np.ndarray
+    reliable: np.ndarray
+    notes: list
+
+
 class _RungProblem:
     """The per-rung draws, scores t * grad log p(y|x) + grad log p(x) and the two integrands
     (l and (l - center)^2), and the fits that fill a table of rung moments."""
@@ -141,13 +154,13 @@ class _RungProblem:
             else:
                 r = vvcv_estimate(fs, Xs, Ss, B=B, chain=chains, random_seed=self.seed, **self.options)
             for j, i in enumerate(idx):
-                table["est"][k][i] = float(np.ravel(r.estimate)[j])
-                table["se"][k][i] = float(np.ravel(r.se)[j])
-                table["bias"][k][i] = float(np.ravel(r.jackknife_bias)[j])
-                table["reliable"][i] &= bool(np.ravel(r.se_reliable)[j])
+                table.est[k][i] = float(np.ravel(r.estimate)[j])
+                table.se[k][i] = float(np.ravel(r.se)[j])
+                table.bias[k][i] = float(np.ravel(r.jackknife_bias)[j])
+                table.reliable[i] &= bool(np.ravel(r.se_reliable)[j])
                 if k == 0:
-                    table["used"][i] = str(np.ravel(r.method)[j])
-            table["notes"] += [f"rungs {idx[0] + self.first}-{idx[-1] + self.first}: {n}" for n in r.notes]
+                    table.used[i] = str(np.ravel(r.method)[j])
+            table.notes += [f"rungs {idx[0] + self.first}-{idx[-1] + self.first}: {n}" for n in r.notes]
 
     def fit_rung(self, i, method, table):
         """Both moments of rung ``i``, each by its own ``cv_estimate``: kernel hyperparameters tuned
@@ -159,11 +172,11 @@ class _RungProblem:
         for k, f in enumerate(self.values(i)):
             r = cv_estimate(f, self.rungs[i][1], self.score(i), method=used, chain=self.rungs[i][4],
                             random_seed=self.seed, **self.options)
-            table["est"][k][i], table["se"][k][i], table["bias"][k][i] = r.estimate, r.se, r.jackknife_bias
-            table["reliable"][i] &= bool(r.se_reliable)
-            table["notes"] += [f"rung {i + self.first}: {n}" for n in r.notes]
+            table.est[k][i], table.se[k][i], table.bias[k][i] = r.estimate, r.se, r.jackknife_bias
+            table.reliable[i] &= bool(r.se_reliable)
+            table.notes += [f"rung {i + self.first}: {n}" for n in r.notes]
             if k == 0:
-                table["used"][i] = used = str(r.method).removesuffix("-nystrom")
+                table.used[i] = used = str(r.method).removesuffix("-nystrom")
 
 
 def _weighted_rungs(t, rungs, weights, method, table, mc, progress):
@@ -183,11 +196,11 @@ def _weighted_rungs(t, rungs, weights, method, table, mc, progress):
         out = weighted_moments(ll, X, t[i] * gl + gp, weights[i], chain=c, zv=method == "cti")
         mc[i] = [out["mc_est"][0], out["mc_est"][1], out["mc_se"][0], out["mc_se"][1]]
         for k in range(2):
-            table["est"][k][i], table["se"][k][i] = out["est"][k], out["se"][k]
-        table["used"][i] = "weighted " + out["method"]
+            table.est[k][i], table.se[k][i] = out["est"][k], out["se"][k]
+        table.used[i] = "weighted " + out["method"]
         if out["notes"]:
-            table["reliable"][i] = False
-            table["notes"] += [f"rung {i} (t = {t[i]:.4g}): {n}" for n in out["notes"]]
+            table.reliable[i] = False
+            table.notes += [f"rung {i} (t = {t[i]:.4g}): {n}" for n in out["notes"]]
         progress(1)
     return done
 
@@ -248,10 +261,8 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     weighted = set() if weights is None else {i for i, wi in enumerate(weights) if wi is not None}
     reliable, notes = _check_inputs(t, rungs, weighted, first_rung, options)
     mc = np.array([_mc(ll, c) for ll, _, _, _, c in rungs])
-    # per rung: E[l], E[(l - center)^2], their se, the method, reliable
-    table = {"est": (mc[:, 0].copy(), mc[:, 1].copy()), "se": (mc[:, 2].copy(), mc[:, 3].copy()),
-             "bias": (np.zeros(w), np.zeros(w)),
-             "used": np.array(["mc"] * w, dtype=object), "reliable": reliable, "notes": notes}
+    table = _MomentTable((mc[:, 0].copy(), mc[:, 1].copy()), (mc[:, 2].copy(), mc[:, 3].copy()),
+                         (np.zeros(w), np.zeros(w)), np.array(["mc"] * w, dtype=object), reliable, notes)
     progress = progress or (lambda k: None)
     _weighted_rungs(t, rungs, weights, method, table, mc, progress)
     centers = mc[:, 0]
@@ -268,9 +279,9 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
         for i in plain:
             problem.fit_rung(i, _CV_METHOD[method], table)
             progress(1)
-    (mean, second), (mean_se, var_se), used = table["est"], table["se"], table["used"]
+    (mean, second), (mean_se, var_se), used = table.est, table.se, table.used
     var = second - (mean - centers) ** 2
-    mean_bias, second_bias = table["bias"]
+    mean_bias, second_bias = table.bias
     return RungMoments(
         mean=mean, var=var, mean_se=mean_se, var_se=var_se, mc_mean=mc[:, 0], mc_var=mc[:, 1],
         mc_mean_se=mc[:, 2], mc_var_se=mc[:, 3], method=used, reliable=reliable, notes=notes,

@@ -85,7 +85,13 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
     True
     """
+    return _estimate_population(idata, model, method, rule, group_size, B, progressbar, compile_kwargs, random_seed,
+                                refine, options)
 
+
+def _estimate_population(idata, model, method, rule, group_size, B, progressbar, compile_kwargs, random_seed, refine,
+                         options):
+    """The population run's rungs as arrays, the estimate from them, and the exchange notes."""
     pop = population_group(idata)
     for name in ("loglik", "temperature"):
         if name not in pop.variables:
@@ -105,8 +111,8 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     rungs = [(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
               gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
              for i in range(w)]
-    res = estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=refine,
-                          compile=time.perf_counter() - start)
+    res = estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
+                              refine=refine, compile=time.perf_counter() - start)
     _exchange_notes(res, idata, t)
     return res
 
@@ -386,9 +392,10 @@ def _ti_population(model, tempered, temperatures, draws, tune, chains, method, r
                            compile_kwargs=compile_kwargs, client=client,
                            adapt_temperatures=adapt_temperatures)
     sampling = time.perf_counter() - start
-    res = ti_from_population(idata, model, method=method, rule=rule, group_size=group_size, B=B,
-                             progressbar=progressbar, compile_kwargs=compile_kwargs,
-                             random_seed=0 if random_seed is None else random_seed, **options)
+    options = dict(options)
+    refine = options.pop("refine", None)
+    res = _estimate_population(idata, model, method, rule, group_size, B, progressbar, compile_kwargs,
+                               0 if random_seed is None else random_seed, refine, options)
     res.seconds.update(sampling=sampling, compile=compile_seconds)
     if adapt_temperatures:
         # measured in bench/population_ti.py: 2 of 10 runs off by 5 se, unflagged (0 of 10 on fixed ladders)
