@@ -13,6 +13,7 @@ stepping stones (:mod:`.stepping_stone`) and TI starts after them.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,13 +25,30 @@ from .reweighting import reweighted_ladder
 from .rung_moments import METHODS, check_rung_counts, concat_moments, rung_moments
 from .stepping_stone import SINGULAR_KHAT, singular_start, stepping_stone
 
-__all__ = ["ti_from_arrays", "estimate_log_evidence", "estimate_from_rungs"]
+__all__ = ["ti_from_arrays", "TISettings", "estimate_log_evidence", "estimate_from_rungs"]
 
 
-def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B,
-                          progressbar, random_seed, options, weights=None, refine=None, moments=None):
-    """Log evidence by TI from per-rung arrays, rungs with a singular integrand crossed by stepping
-    stones; ``moments``: the rungs' moments when already fitted (``pipeline.GroupFitter``)."""
+class TISettings(NamedTuple):
+    """How the log evidence is estimated from the rungs' arrays: the arguments of
+    :func:`ti_from_arrays` other than the arrays, made once by each entry point and passed down."""
+
+    method: str = "vvcv"
+    rule: str = "corrected"
+    group_size: int = 4
+    B: object = "learn"
+    progressbar: bool = False
+    random_seed: int = 0
+    refine: object = None
+    options: dict | None = None  # passed to cv_estimate / vvcv_estimate
+
+
+def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, settings, weights=None,
+                          moments=None):
+    """Log evidence by TI from per-rung arrays (:class:`TISettings` ``settings``), rungs with a singular
+    integrand crossed by stepping stones; ``moments``: the rungs' moments when already fitted
+    (``pipeline.GroupFitter``)."""
+    method, rule, group_size, B, progressbar, random_seed, refine, options = settings
+    options = {} if options is None else options
     if rule not in RULES:
         raise ValueError(f"rule={rule!r}; use one of {RULES}.")
     if method not in METHODS:
@@ -193,14 +211,12 @@ def _rung_rhat(loglik, chain):
     return out, limit
 
 
-def estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options, refine=None,
-                    moments=None, **seconds):
+def estimate_from_rungs(t, rungs, settings, moments=None, **seconds):
     """:func:`estimate_log_evidence` on per-rung tuples (loglik, samples, grad_loglik, grad_logprior, chain), keeping
     the sampled rungs in ``.draws`` so other estimators can be run on the same ones
     (``ti_from_arrays(**res.draws, ...)``; with ``refine=`` ``res.temperatures`` is the refined ladder)."""
     ll, X, gl, gp, ch = map(list, zip(*rungs))
-    res = estimate_log_evidence(t, ll, X, gl, gp, ch, method, rule, group_size, B, progressbar, random_seed, options,
-                    refine=refine, moments=moments)
+    res = estimate_log_evidence(t, ll, X, gl, gp, ch, settings, moments=moments)
     res.seconds.update(seconds)
     res.draws = {"temperatures": np.asarray(t, dtype=float), "loglik": ll, "samples": X, "grad_loglik": gl,
                  "grad_logprior": gp, "chain": ch}
@@ -266,5 +282,5 @@ def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *,
     True
     """
     t = np.asarray(temperatures, dtype=float)
-    return estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, method, rule, group_size, B,
-                     progressbar, random_seed, options, weights=weights, refine=refine)
+    settings = TISettings(method, rule, group_size, B, progressbar, random_seed, refine, options)
+    return estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, settings, weights=weights)

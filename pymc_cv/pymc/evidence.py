@@ -23,7 +23,7 @@ from ..evidence.ladder import power_ladder, refine_ladder
 from ..evidence.pipeline import GroupFitter
 from ..evidence.quadrature import RULES
 from ..evidence.rung_moments import METHODS
-from ..evidence.thermodynamic_integration import estimate_from_rungs
+from ..evidence.thermodynamic_integration import TISettings, estimate_from_rungs
 from .population import population_group, population_ladder, run_population, value_draws
 from .tempering import (
     check_temperable,
@@ -85,12 +85,11 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
     True
     """
-    return _estimate_population(idata, model, method, rule, group_size, B, progressbar, compile_kwargs, random_seed,
-                                refine, options)
+    settings = TISettings(method, rule, group_size, B, progressbar, random_seed, refine, options)
+    return _estimate_population(idata, model, settings, compile_kwargs)
 
 
-def _estimate_population(idata, model, method, rule, group_size, B, progressbar, compile_kwargs, random_seed, refine,
-                         options):
+def _estimate_population(idata, model, settings, compile_kwargs):
     """The population run's rungs as arrays, the estimate from them, and the exchange notes."""
     pop = population_group(idata)
     for name in ("loglik", "temperature"):
@@ -111,8 +110,7 @@ def _estimate_population(idata, model, method, rule, group_size, B, progressbar,
     rungs = [(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
               gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
              for i in range(w)]
-    res = estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
-                              refine=refine, compile=time.perf_counter() - start)
+    res = estimate_from_rungs(t, rungs, settings, compile=time.perf_counter() - start)
     _exchange_notes(res, idata, t)
     return res
 
@@ -194,8 +192,8 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     start = time.perf_counter()
     terms = loglik_terms(model, compile_kwargs)
     rungs = [rung_arrays_of(idata, model, terms) for idata in idatas]
-    return estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
-                           terms=time.perf_counter() - start)
+    settings = TISettings(method, rule, group_size, B, progressbar, random_seed, None, options)
+    return estimate_from_rungs(t, rungs, settings, terms=time.perf_counter() - start)
 
 
 def _ladder(temperatures):
@@ -307,20 +305,19 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         terms, tempered = compiled(model, compile_kwargs, need_nuts=sampler != "smc" and client is None)
     compile_seconds = time.perf_counter() - start
     start = time.perf_counter()
+    settings = TISettings(method, rule, group_size, B, progressbar, 0 if random_seed is None else random_seed,
+                          refine, options)
     if sampler == "population":
-        return _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed,
-                              group_size, B, progressbar, compile_kwargs, {**options, "refine": refine},
-                              compile_seconds, client, adapt_temperatures)
+        return _ti_population(model, tempered, temperatures, (int(draws), int(tune), int(chains)), random_seed,
+                              settings, compile_kwargs, compile_seconds, client, adapt_temperatures)
     moments = None
     if sampler == "smc":
-
         t, rungs = smc_rungs(model, draws=int(draws), random_seed=random_seed, progressbar=progressbar,
                              compile_kwargs=compile_kwargs)
         rungs = [rung_arrays(vals, terms, np.zeros(vals[0].shape[0], dtype=int)) for vals in rungs]
     else:
         fitter = None
         if client is not None and method != "mc" and not isinstance(temperatures, str):
-
             # fit each group of rungs here while the workers sample the others
             fitter = GroupFitter(_ladder(temperatures)[0], method, group_size, B,
                                  0 if random_seed is None else random_seed, options)
@@ -330,9 +327,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         if fitter is not None:
             moments = fitter.moments()
     with _smc_particles_named(sampler, len(t)):
-        return estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar,
-                               0 if random_seed is None else random_seed, options, refine=refine, moments=moments,
-                               sampling=time.perf_counter() - start, compile=compile_seconds)
+        return estimate_from_rungs(t, rungs, settings, moments=moments, sampling=time.perf_counter() - start,
+                                   compile=compile_seconds)
 
 
 @contextlib.contextmanager
@@ -379,23 +375,22 @@ def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_ce
     return t, [rungs[ti] for ti in t]
 
 
-def _ti_population(model, tempered, temperatures, draws, tune, chains, method, rule, random_seed, group_size, B,
-                   progressbar, compile_kwargs, options, compile_seconds, client, adapt_temperatures):
-
+def _ti_population(model, tempered, temperatures, lengths, random_seed, settings, compile_kwargs, compile_seconds,
+                   client, adapt_temperatures):
+    """``thermodynamic_integration(sampler="population")``: one population run (``lengths``: draws,
+    tune, chains), then the estimate from its rungs."""
+    draws, tune, chains = lengths
     if isinstance(temperatures, str):
         raise ValueError("temperatures='adaptive' refines the ladder between independent NUTS runs; with "
                          "sampler='population' give the ladder (an int or an array).")
     t = population_ladder(power_ladder(31) if temperatures is None else temperatures)
     start = time.perf_counter()
-    idata = run_population(model if tempered is None else tempered, t, draws=int(draws), tune=int(tune),
-                           chains=int(chains), swap_every=1, random_seed=random_seed, progressbar=progressbar,
+    idata = run_population(model if tempered is None else tempered, t, draws=draws, tune=tune,
+                           chains=chains, swap_every=1, random_seed=random_seed, progressbar=settings.progressbar,
                            compile_kwargs=compile_kwargs, client=client,
                            adapt_temperatures=adapt_temperatures)
     sampling = time.perf_counter() - start
-    options = dict(options)
-    refine = options.pop("refine", None)
-    res = _estimate_population(idata, model, method, rule, group_size, B, progressbar, compile_kwargs,
-                               0 if random_seed is None else random_seed, refine, options)
+    res = _estimate_population(idata, model, settings, compile_kwargs)
     res.seconds.update(sampling=sampling, compile=compile_seconds)
     if adapt_temperatures:
         # measured in bench/population_ti.py: 2 of 10 runs off by 5 se, unflagged (0 of 10 on fixed ladders)

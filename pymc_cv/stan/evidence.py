@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ..evidence.thermodynamic_integration import estimate_from_rungs
+from ..evidence.thermodynamic_integration import TISettings, estimate_from_rungs
 from .convert import PowerPosteriorTerms
 
 __all__ = ["ti_from_pystan"]
@@ -63,5 +63,5 @@ def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="tempe
     start = time.perf_counter()
     terms = PowerPosteriorTerms(program_code, data, temperature)
     rungs = [terms(fit) for fit in fits]
-    return estimate_from_rungs(t, rungs, method, rule, group_size, B, progressbar, random_seed, options,
-                           terms=time.perf_counter() - start)
+    settings = TISettings(method, rule, group_size, B, progressbar, random_seed, None, options)
+    return estimate_from_rungs(t, rungs, settings, terms=time.perf_counter() - start)
