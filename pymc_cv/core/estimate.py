@@ -16,6 +16,9 @@ exact, and not at all above ``kernel_max_dim`` parameters (said in the notes).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 
 from ..cluster import check_client
@@ -44,6 +47,37 @@ _MAX_TUNE_COLUMNS = 20
 _EXACT = 1e-20
 
 
+@dataclass(frozen=True)
+class CVSettings:
+    """The options of :func:`cv_estimate`, checked once (``validation.check_cv_options``)."""
+
+    kernel: object
+    ard: object
+    tune: str
+    nugget: float
+    poly_order: object
+    zv_penalty: object
+    folds: int
+    max_tune_points: object
+    exact_max_n: int
+    kernel_max_dim: int
+    tune_columns: np.ndarray | None
+    random_seed: object
+    client: object
+    return_fit: bool
+
+
+class StandardisedDraws(NamedTuple):
+    """The draws, scores and integrand values in standardised units, with the draws' chain labels and
+    ``heldout.repeated_draws`` of the draws (None without repeats)."""
+
+    X: np.ndarray
+    S: np.ndarray
+    Y: np.ndarray
+    chain: np.ndarray | None
+    repeats: tuple | None
+
+
 def _secf_order(n, d, poly_order):
     if poly_order != "auto":
         return int(poly_order)
@@ -56,10 +90,10 @@ def _secf_order(n, d, poly_order):
 
 def _tune(kernel, X, S, Y, order, opts):
     tau, B = np.zeros(X.shape[0], dtype=int), np.ones((1, 1))
-    if opts["tune"] == "none":
-        return kernel, opts["nugget"]
-    if opts["tune"] == "ml":
-        h = tune_marginal_likelihood(kernel, X, S, Y, tau, 1, B, order, nugget=opts["nugget"])
+    if opts.tune == "none":
+        return kernel, opts.nugget
+    if opts.tune == "ml":
+        h = tune_marginal_likelihood(kernel, X, S, Y, tau, 1, B, order, nugget=opts.nugget)
         return h.kernel, h.nugget
     return _tune_loo_grid(kernel, X, S, Y, tau, B, order, opts)
 
@@ -68,7 +102,7 @@ def _tune_loo_grid(kernel, X, S, Y, tau, B, order, opts):
     """Grid search minimising the exact leave-one-out squared error (ZVCV's CF_crossval, n folds)."""
     P = design_matrix(X, S, tau, 1, order)
     base = kernel.log_params()
-    best = (np.inf, kernel, opts["nugget"])
+    best = (np.inf, kernel, opts.nugget)
     for mult in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0) if kernel.n_params else (1.0,):
         kern = kernel.with_log_params(base + np.log(mult))
         K0 = kern.gram(X, S)
@@ -85,73 +119,77 @@ def _tune_loo_grid(kernel, X, S, Y, tau, B, order, opts):
     return best[1], best[2]
 
 
-def _kernel_candidates(names, X, S, Y, cols, chain, opts, rng, notes, rep=None):
-    """CF and/or SECF candidates for the columns ``cols`` of ``Y`` (standardised columns).
+def _kernel_candidates(names, draws, cols, opts, rng, notes):
+    """CF and/or SECF candidates for the columns ``cols`` of the :class:`StandardisedDraws` ``draws``.
 
-    ``rep``: ``repeated_draws(X)``.  Repeated draws are one point of the kernel fit with nugget
-    / multiplicity (the same GLS fit as with every copy, better conditioned and cheaper), in
-    one held-out fold, so that no copy of a held-out draw stays in the training set.
+    Repeated draws (``draws.repeats``) are one point of the kernel fit with nugget / multiplicity
+    (the same GLS fit as with every copy, better conditioned and cheaper), in one held-out fold, so
+    that no copy of a held-out draw stays in the training set.
     """
-    labels = fold_labels(X.shape[0], chain, opts["folds"], first=None if rep is None else rep[0])
-    if rep is not None and rep[1].size <= opts["exact_max_n"]:
+    X, S, Y, chain, rep = draws
+    labels = fold_labels(X.shape[0], chain, opts.folds, first=None if rep is None else rep[0])
+    if rep is not None and rep[1].size <= opts.exact_max_n:
         _, unique, inverse, counts = rep
-        out = _kernel_fits(names, X[unique], S[unique], Y[unique], cols, labels[unique], opts, rng, notes,
-                           weights=counts)
+        problem = HeldoutProblem(X[unique], S[unique], Y[unique], np.zeros(unique.size, dtype=int), 1,
+                                 labels[unique])
+        out = _kernel_fits(names, problem, cols, opts, rng, notes, weights=counts)
         for cand in out:
             cand.resid, cand.z = cand.resid[inverse], cand.z[inverse]
             cand.influence = cand.influence[inverse] / counts[inverse]
             cand.labels = labels
         return out
-    return _kernel_fits(names, X, S, Y, cols, labels, opts, rng, notes)
+    return _kernel_fits(names, HeldoutProblem(X, S, Y, np.zeros(X.shape[0], dtype=int), 1, labels), cols, opts, rng,
+                        notes)
 
 
-def _kernel_fits(names, X, S, Y, cols, labels, opts, rng, notes, weights=None):
+def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
+    """The CF and SECF of ``names``, each with a kernel tuned for it, on the columns ``cols``."""
+    X, S, Y = problem.X, problem.S, problem.Y
     n, d = X.shape
-    order = _secf_order(n, d, opts["poly_order"]) if "secf" in names else 0
+    order = _secf_order(n, d, opts.poly_order) if "secf" in names else 0
     orders = ([0] if "cf" in names else []) + ([order] if "secf" in names and order > 0 else [])
     if not orders:  # SECF without room for polynomials is the CF
         orders = [0]
-    n_tune = tune_points(opts["max_tune_points"], n)
+    n_tune = tune_points(opts.max_tune_points, n)
     idx = subsample_per_task(np.zeros(n, dtype=int), 1, n_tune, rng)
-    pool = cols if opts["tune_columns"] is None else np.intersect1d(cols, opts["tune_columns"])
+    pool = cols if opts.tune_columns is None else np.intersect1d(cols, opts.tune_columns)
     pool = pool if pool.size else cols
     tcols = pool[np.unique(np.linspace(0, pool.size - 1, min(pool.size, _MAX_TUNE_COLUMNS)).astype(int))]
     out = []
     # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
     # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
     for o in orders:
-        tune_order = o if opts["poly_order"] != "auto" else min(o, _secf_order(n_tune, d, "auto"))
-        kernel = make_kernel(opts["kernel"], d, X, ard=opts["ard"] if opts["ard"] != "auto" else d <= 20)
+        tune_order = o if opts.poly_order != "auto" else min(o, _secf_order(n_tune, d, "auto"))
+        kernel = make_kernel(opts.kernel, d, X, ard=opts.ard if opts.ard != "auto" else d <= 20)
         kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
-        out += _fit_with(kernel, nugget, [o], X, S, Y, cols, labels, opts, rng, notes, weights)
+        spec = KernelSpec(kernel, np.ones((1, 1)), nugget, [o])
+        out += _fit_with(spec, problem._replace(Y=Y[:, cols]), cols, opts, rng, notes, weights)
     return out
 
 
-def _fit_with(kernel, nugget, orders, X, S, Y, cols, labels, opts, rng, notes, weights):
-    n = X.shape[0]
-    Ysub = Y[:, cols]
-    tau, B = np.zeros(n, dtype=int), np.ones((1, 1))
-    info = {"kernel": kernel, "nugget": nugget}
-    problem = HeldoutProblem(X, S, Ysub, tau, 1, labels)
-    if n <= opts["exact_max_n"]:
-        spec = KernelSpec(kernel, B, nugget if weights is None else nugget / weights, orders)
-        fits = fit_exact_heldout(problem, spec, keep_fit=opts["return_fit"])
+def _fit_with(spec, problem, cols, opts, rng, notes, weights):
+    """The kernel fits of ``spec`` on ``problem`` (the columns ``cols`` of the integrands) as candidates:
+    exact up to ``exact_max_n`` draws, with inducing points above."""
+    n = problem.X.shape[0]
+    info = {"kernel": spec.kernel, "nugget": spec.nugget}
+    if n <= opts.exact_max_n:
+        spec = spec if weights is None else spec._replace(nugget=spec.nugget / weights)
+        fits = fit_exact_heldout(problem, spec, keep_fit=opts.return_fit)
         suffix = ""
     else:
-        choice = choose_inducing(problem, KernelSpec(kernel, B, nugget, orders), rng, client=opts["client"],
-                                 keep_fit=opts["return_fit"])
+        choice = choose_inducing(problem, spec, rng, client=opts.client, keep_fit=opts.return_fit)
         fits = choice.fits
         info["n_inducing"] = choice.m
         suffix = "-nystrom"
         notes.append(f"kernel CVs used {choice.m} inducing draws ({n} draws > exact_max_n="
-                     f"{opts['exact_max_n']}; held-out mean squared error on half of the draws, by M: "
+                     f"{opts.exact_max_n}; held-out mean squared error on half of the draws, by M: "
                      + ", ".join(f"{m}: {e:.3g}" for m, e in choice.path) + ").")
     out = []
     for fit in fits:
         name = ("secf" if fit.poly_order else "cf") + suffix
         out.append(Candidate(name, fit.beta[0], fit.resid, fit.z, fit.beta_se[0],
                              {**info, "poly_order": fit.poly_order}, columns=cols, influence=fit.influence,
-                             labels=labels, jackknife_bias=fit.jackknife_bias[0], predictor=fit.predictor))
+                             labels=problem.labels, jackknife_bias=fit.jackknife_bias[0], predictor=fit.predictor))
     return out
 
 
@@ -193,14 +231,15 @@ def _planned_methods(method, n, d):
     return ([(int(method[2]), True)] if method.startswith("zv") else []), ([method] if method in ("cf", "secf") else [])
 
 
-def _zv_candidates(bases, Xs, Ss, Ystd, live, zv_penalty, chain, opts, random_seed, rep, strict, notes):
+def _zv_candidates(bases, draws, live, opts, strict, notes):
     """One ZV-CV candidate per polynomial basis, fitted for every live integrand at once."""
     candidates = []
+    rep = draws.repeats
     for order, cross in bases:
         try:
-            cand = zero_variance_candidate(Xs, Ss, Ystd[:, live], order, zv_penalty, chain, opts["folds"],
-                                           random_seed, first=None if rep is None else rep[0],
-                                           keep_fit=opts["return_fit"], cross=cross)
+            cand = zero_variance_candidate(draws.X, draws.S, draws.Y[:, live], order, opts.zv_penalty, draws.chain,
+                                           opts.folds, opts.random_seed, first=None if rep is None else rep[0],
+                                           keep_fit=opts.return_fit, cross=cross)
         except ValueError as err:
             if strict:
                 raise
@@ -346,10 +385,11 @@ def cv_estimate(
                             exact_max_n=exact_max_n, kernel_max_dim=kernel_max_dim, tune=tune, ard=ard,
                             poly_order=poly_order)
     chain = opts.pop("chain")
-    opts["tune_columns"] = check_columns("tune_columns", tune_columns, Y.shape[1])
     check_kernel(kernel, KERNEL_NAMES)  # under method="auto" a misspelt kernel would skip every kernel CV
     check_random_seed(random_seed)
-    opts.update(kernel=kernel, client=check_client(client), return_fit=bool(return_fit))
+    opts = CVSettings(kernel=kernel, zv_penalty=zv_penalty, random_seed=random_seed, client=check_client(client),
+                      return_fit=bool(return_fit),
+                      tune_columns=check_columns("tune_columns", tune_columns, Y.shape[1]), **opts)
     rep = repeated_draws(X)
     score_note = apply_stein_check(X, S, chain, repeats=rep, second_order=True) if check_scores else None
     rng = np.random.default_rng(random_seed)
@@ -367,12 +407,12 @@ def cv_estimate(
         notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
                      "copies are held out together and are one point of a kernel fit.")
     strict = method not in ("auto", "zv")
-    candidates = _zv_candidates(zv_bases if live.size else [], Xs, Ss, Ystd, live, zv_penalty, chain, opts,
-                                random_seed, rep, strict, notes)
+    draws = StandardisedDraws(Xs, Ss, Ystd, chain, rep)
+    candidates = _zv_candidates(zv_bases if live.size else [], draws, live, opts, strict, notes)
     kernel_names, todo = _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes)
     if kernel_names and todo.size:
         try:
-            candidates += _kernel_candidates(kernel_names, Xs, Ss, Ystd, todo, chain, opts, rng, notes, rep)
+            candidates += _kernel_candidates(kernel_names, draws, todo, opts, rng, notes)
         except ValueError as err:
             if strict:
                 raise

@@ -209,10 +209,11 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     mc_ess = (effective_sample_sizes(np.column_stack(cols), chain)
               if not isinstance(chain, list) and len({y.size for y in cols}) == 1 and cols[0].size >= 2 else None)
     lines = []
+    rule = _Rule(choose, fallback, kind, method_label)
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc = float(np.mean(y))
         mcse = mcse_mean(y, c) if mc_ess is None else float(np.std(y, ddof=1) / np.sqrt(mc_ess[j]))
-        line, chosen = _report(j, y, c, mc, mcse, candidates, choose, fallback, kind, method_label, notes)
+        line, chosen = _report(j, y, c, (mc, mcse), candidates, rule, notes)
         if standardizer is not None:
             with_fit = chosen is not None and chosen.cand.predictor is not None
             zero_mean = (column_predictor(chosen.cand.predictor, chosen.i) if with_fit
@@ -233,9 +234,20 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     )
 
 
-def _report(j, y, c, mc, mcse, candidates, choose, fallback, kind, method_label, notes):
-    """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's) and the chosen
-    :class:`Assessment` (None when MC is reported)."""
+class _Rule(NamedTuple):
+    """How ``finalize`` chooses among candidates and names the integrands in its notes."""
+
+    choose: str
+    fallback: bool
+    kind: str
+    method_label: str | None
+
+
+def _report(j, y, c, plain_mean, candidates, rule, notes):
+    """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's, ``plain_mean`` = (mean,
+    mcse)) and the chosen :class:`Assessment` (None when MC is reported)."""
+    mc, mcse = plain_mean
+    choose, fallback, kind, method_label = rule
     floor = roundoff_floor(y)
     sd_y = float(np.std(y))
     plain = Reported(mc, mcse, mc, mcse, "mc", 1.0, np.nan, None, y - mc, 0.0)

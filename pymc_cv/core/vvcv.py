@@ -304,12 +304,14 @@ def _candidate(solver, locs, scales, fit):
                      jackknife_bias=fit.jackknife_bias * scales)
 
 
-def _tune(kern0, X, S, y, tau, T, B0, order, nugget, tune, learn):
-    if tune == "none":
-        return kern0, nugget, B0
-    if tune != "ml":
-        raise ValueError(f"tune={tune!r}; vv-CVs support 'ml' or 'none'.")
-    h = tune_marginal_likelihood(kern0, X, S, y, tau, T, B0, order, nugget=nugget, learn_B=learn)
+def _tune(plan, X, S, y, tau, T, order):
+    """The kernel, nugget and task matrix of ``plan`` (a :class:`KernelPlan`) tuned on these draws."""
+    if plan.tune == "none":
+        return plan.kernel, plan.nugget, plan.B
+    if plan.tune != "ml":
+        raise ValueError(f"tune={plan.tune!r}; vv-CVs support 'ml' or 'none'.")
+    h = tune_marginal_likelihood(plan.kernel, X, S, y, tau, T, plan.B, order, nugget=plan.nugget,
+                                 learn_B=plan.learn_B)
     return h.kernel, h.nugget, h.B
 
 
@@ -318,8 +320,8 @@ def _run_shared(X, S, Y, plan, order, chain, rng):
     idx = subsample_per_task(np.zeros(m, dtype=int), 1, plan.max_tune_points, rng)
     # one lengthscale set for all tasks: REML summed over tasks (each with its own amplitude)
     cols = np.unique(np.linspace(0, T - 1, min(T, 20)).astype(int))
-    kern, nug, _ = _tune(plan.kernel, X[idx], S[idx], Y[np.ix_(idx, cols)], np.zeros(idx.size, dtype=int),
-                         1, np.ones((1, 1)), order, plan.nugget, plan.tune, False)
+    kern, nug, _ = _tune(plan._replace(B=np.ones((1, 1)), learn_B=False), X[idx], S[idx], Y[np.ix_(idx, cols)],
+                         np.zeros(idx.size, dtype=int), 1, order)
     if plan.learn_B:
         B = reml_task_matrix(X, S, Y, kern, nug, order)
         B += 1e-10 * np.trace(B) / T * np.eye(T)
@@ -346,8 +348,7 @@ def _run_shared(X, S, Y, plan, order, chain, rng):
 
 def _run_general(X, S, y, tau, T, plan, order, chains, solver, n_inducing, rng, client=None):
     idx = subsample_per_task(tau, T, plan.max_tune_points, rng)
-    kern, nug, B = _tune(plan.kernel, X[idx], S[idx], y[idx], tau[idx], T, plan.B, order, plan.nugget, plan.tune,
-                         plan.learn_B)
+    kern, nug, B = _tune(plan, X[idx], S[idx], y[idx], tau[idx], T, order)
     N = y.size
     labels = np.empty(N, dtype=int)
     offset = 0
