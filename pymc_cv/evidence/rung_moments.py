@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ..core.standard_errors import mcse_mean
 from ..core.uncertainty import heavy_tail_note
 from .weighted_rung import weighted_moments
 
-__all__ = ["METHODS", "RungMoments", "rung_moments", "concat_moments", "check_rung_counts"]
+__all__ = ["METHODS", "RungArrays", "RungMoments", "rung_moments", "concat_moments", "check_rung_counts"]
 
 # name -> what it is; "cti" is controlled thermodynamic integration (Oates, Papamarkou and
 # Girolami 2016): zero-variance CVs at every rung, the polynomial order chosen on held-out draws as
@@ -82,6 +83,17 @@ def check_rung_counts(temperatures, loglik, samples, grad_loglik, grad_logprior,
         raise ValueError(f"`chain` holds {len(chain)} arrays for {w} temperatures; give one per rung or None.")
 
 
+class RungArrays(NamedTuple):
+    """One rung's arrays: log p(y|x) (m,), the draws (m, d) on the unconstrained space, the gradients of
+    log p(y|x) and of log p(x) (Jacobian included) at them (m, d), and their chain labels (m,) or None."""
+
+    loglik: np.ndarray
+    samples: np.ndarray
+    grad_loglik: np.ndarray
+    grad_logprior: np.ndarray
+    chain: np.ndarray | None
+
+
 def _check_rungs(temperatures, loglik, samples, grad_loglik, grad_logprior, chain):
     check_rung_counts(temperatures, loglik, samples, grad_loglik, grad_logprior, chain)
     w = len(temperatures)
@@ -102,7 +114,7 @@ def _check_rungs(temperatures, loglik, samples, grad_loglik, grad_logprior, chai
                     "remove divergent draws or fix the model; nothing is dropped silently."
                 )
         c = None if chain is None else np.asarray(chain[i])
-        out.append((ll, X, gl, gp, c))
+        out.append(RungArrays(ll, X, gl, gp, c))
     return out
 
 
@@ -134,7 +146,7 @@ class _RungProblem:
         self.first = first_rung  # index of rung 0 here in the whole ladder, for the notes
 
     def values(self, i):
-        ll = self.rungs[i][0]
+        ll = self.rungs[i].loglik
         return ll, (ll - self.centers[i]) ** 2
 
     def score(self, i):
@@ -143,13 +155,13 @@ class _RungProblem:
 
     def fit_group(self, idx, B, with_chains, table):
         """Both moments of the rungs ``idx`` jointly (a vv-CV; a kernel CV for a lone rung)."""
-        Xs = [self.rungs[i][1] for i in idx]
+        Xs = [self.rungs[i].samples for i in idx]
         Ss = [self.score(i) for i in idx]
-        chains = [self.rungs[i][4] for i in idx] if with_chains else None
+        chains = [self.rungs[i].chain for i in idx] if with_chains else None
         for k in range(2):
             fs = [self.values(i)[k] for i in idx]
             if len(idx) == 1:
-                r = cv_estimate(fs[0], Xs[0], Ss[0], method="auto", chain=self.rungs[idx[0]][4],
+                r = cv_estimate(fs[0], Xs[0], Ss[0], method="auto", chain=self.rungs[idx[0]].chain,
                                 random_seed=self.seed, **self.options)
             else:
                 r = vvcv_estimate(fs, Xs, Ss, B=B, chain=chains, random_seed=self.seed, **self.options)
@@ -170,7 +182,7 @@ class _RungProblem:
         30 exact draws: bias -1645 against -921 for ZV-2 throughout, variance 5866)."""
         used = method
         for k, f in enumerate(self.values(i)):
-            r = cv_estimate(f, self.rungs[i][1], self.score(i), method=used, chain=self.rungs[i][4],
+            r = cv_estimate(f, self.rungs[i].samples, self.score(i), method=used, chain=self.rungs[i].chain,
                             random_seed=self.seed, **self.options)
             table.est[k][i], table.se[k][i], table.bias[k][i] = r.estimate, r.se, r.jackknife_bias
             table.reliable[i] &= bool(r.se_reliable)

@@ -22,7 +22,7 @@ from ..core.score_check import ScoreMismatchError
 from ..evidence.ladder import power_ladder, refine_ladder
 from ..evidence.pipeline import GroupFitter
 from ..evidence.quadrature import RULES
-from ..evidence.rung_moments import METHODS
+from ..evidence.rung_moments import METHODS, RungArrays
 from ..evidence.thermodynamic_integration import TISettings, estimate_from_rungs
 from .population import population_group, population_ladder, run_population, value_draws
 from .tempering import (
@@ -107,8 +107,8 @@ def _estimate_population(idata, model, settings, compile_kwargs):
         X, gl, gp = _population_terms(pop, model, compile_kwargs)
     X, gl, gp = (a.reshape(n_chain, n_draw, w, -1) for a in (X, gl, gp))
     chain = np.repeat(np.arange(n_chain), n_draw)
-    rungs = [(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
-              gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
+    rungs = [RungArrays(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
+                        gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
              for i in range(w)]
     res = estimate_from_rungs(t, rungs, settings, compile=time.perf_counter() - start)
     _exchange_notes(res, idata, t)

@@ -16,6 +16,7 @@ with its temperature when states are exchanged.
 from __future__ import annotations
 
 import copy
+from typing import NamedTuple
 
 import numpy as np
 
@@ -276,12 +277,23 @@ def _to_inference_data(model, t, runs, compile_kwargs):
     return compat.with_groups(idata, {POPULATION: pop_ds}, inplace=True)
 
 
+class PopulationDraws(NamedTuple):
+    """Per temperature of a population run (:func:`population_draws`)."""
+
+    temperatures: np.ndarray
+    posteriors: list
+    samples: list
+    scores: list
+    chain: np.ndarray
+
+
 def population_draws(idata, model=None, compile_kwargs=None):
     """Per temperature of a population run: the posterior variables, the unconstrained draws and
     the scores of that temperature's power posterior.
 
     Returns
     -------
+    PopulationDraws, with
     t : array (w,)
     posteriors : list of w xarray Datasets (chain, draw, ...)
         The free variables (constrained) and deterministics, as ``pm.sample``'s posterior.
@@ -312,7 +324,8 @@ def population_draws(idata, model=None, compile_kwargs=None):
         data = {name: o[sl].reshape((n_chain, n_draw) + o.shape[1:]) for name, o in zip(names, outs)}
         posteriors.append(compat.dict_to_dataset(data, coords=coords, dims=post_dims))
     S = [t[k] * gl[k * n:(k + 1) * n] + gp[k * n:(k + 1) * n] for k in range(w)]
-    return t, posteriors, [X[k * n:(k + 1) * n] for k in range(w)], S, np.repeat(np.arange(n_chain), n_draw)
+    return PopulationDraws(t, posteriors, [X[k * n:(k + 1) * n] for k in range(w)], S,
+                           np.repeat(np.arange(n_chain), n_draw))
 
 
 def population_group(idata):

@@ -19,6 +19,7 @@ import numpy as np
 from .. import compat
 from ..compat import smc_imh_kernel
 from ..core.threads import one_blas_thread
+from ..evidence.rung_moments import RungArrays
 from ..progress import progress_bar
 from .scores import batch_input, batched, check_model, compute_scores
 
@@ -177,10 +178,10 @@ def compiled(model, compile_kwargs=None, need_nuts=True):
 
 
 def rung_arrays(vals, terms, chain):
-    """(loglik, samples, grad_loglik, grad_logprior, chain) of value-variable draws ``vals``."""
+    """The :class:`~pymc_cv.evidence.rung_moments.RungArrays` of value-variable draws ``vals``."""
     ll, gl, gp = terms(*vals)
     X = np.concatenate([v.reshape(v.shape[0], -1) for v in vals], axis=1).astype(float)
-    return ll, X, gl, gp, chain
+    return RungArrays(ll, X, gl, gp, chain)
 
 
 def rung_arrays_of(idata, model, terms):

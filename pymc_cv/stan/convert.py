@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
+from ..evidence.rung_moments import RungArrays
 from ..groups import with_cv_groups
 from ..progress import progress_bar
 
@@ -326,11 +327,11 @@ class PowerPosteriorTerms:
         self.cold = _StanDensity(_build(stan, program_code, {**data, temperature: 0.0}))
 
     def __call__(self, fit):
-        """loglik (n,), samples (n, k), grad_loglik (n, k), grad_logprior (n, k), chain (n,) of one fit,
-        draws chain after chain, on Stan's unconstrained space."""
+        """The :class:`~pymc_cv.evidence.rung_moments.RungArrays` of one fit, draws chain after chain, on
+        Stan's unconstrained space."""
         post = compat.group(compat.pystan_posterior(fit), "posterior")
         X, g1 = (a.reshape(-1, a.shape[-1]) for a in _scores(self.hot, post, False))
         with self.hot.batch(), self.cold.batch():
             g0 = np.array([self.cold.grad(x) for x in X])
             ll = np.array([self.hot.log_prob(x) - self.cold.log_prob(x) for x in X])
-        return ll, X, g1 - g0, g0, np.repeat(np.arange(post.sizes["chain"]), post.sizes["draw"])
+        return RungArrays(ll, X, g1 - g0, g0, np.repeat(np.arange(post.sizes["chain"]), post.sizes["draw"]))
