@@ -22,20 +22,18 @@ from typing import NamedTuple
 import numpy as np
 
 from ..cluster import check_client
-from .finalize import Candidate, finalize
+from . import pipeline
+from .finalize import Candidate
 from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout
 from .kernels import KERNEL_NAMES, make_kernel
 from .linalg import loo_residuals, restricted_loglik
-from .mixing import unmixed_columns, unmixed_note
 from .nystrom import choose_inducing
 from .polynomial import n_polynomial_features
 from .problem import HeldoutProblem, KernelSpec
-from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
-from .uncertainty import heavy_tail_note
 from .validation import check_columns, check_cv_options, check_kernel, check_random_seed, check_task
 from .zero_variance import basis_name, zero_variance_candidate
 
@@ -391,52 +389,47 @@ def cv_estimate(
                       return_fit=bool(return_fit),
                       tune_columns=check_columns("tune_columns", tune_columns, Y.shape[1]), **opts)
     rep = repeated_draws(X)
-    score_note = apply_stein_check(X, S, chain, repeats=rep, second_order=True) if check_scores else None
-    rng = np.random.default_rng(random_seed)
+    target = pipeline.Target(X, S, chain, repeats=rep)
+    findings = pipeline.check_scores([target], second_order=True) if check_scores else []
+    findings += pipeline.check_tails([target]) if check_tails else []
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
-    Xs, Ss = std.transform(X, S)
-    loc = Y.mean(axis=0)
-    scale = Y.std(axis=0)
-    live = np.flatnonzero(scale > 0)  # a constant integrand is known exactly: nothing to fit
-    Ystd = (Y - loc) / np.where(scale > 0, scale, 1.0)
-    scale = np.where(scale > 0, scale, 1.0)
-
-    zv_bases, kernel_names = _planned_methods(method, n, d)
-    notes = []
-    if rep is not None:
-        notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
-                     "copies are held out together and are one point of a kernel fit.")
-    strict = method not in ("auto", "zv")
-    draws = StandardisedDraws(Xs, Ss, Ystd, chain, rep)
-    candidates = _zv_candidates(zv_bases if live.size else [], draws, live, opts, strict, notes)
-    kernel_names, todo = _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes)
-    if kernel_names and todo.size:
-        try:
-            candidates += _kernel_candidates(kernel_names, draws, todo, opts, rng, notes)
-        except ValueError as err:
-            if strict:
-                raise
-            notes.append(f"kernel CVs skipped ({err})")
-    candidates = [_rescale(c, loc, scale) for c in candidates]
-    res = finalize(Y, chain, candidates, choose="first" if strict else "best",
-                   fallback=not strict, notes=notes, standardizer=std if return_fit else None)
-    _mark_input_findings(res, X, Y, chain, score_note, check_tails)
-    if one_d:
-        for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
-                    "khat", "jackknife_bias"):
-            setattr(res, key, getattr(res, key)[0])
-        if res.fits is not None:
-            res.fits = res.fits[0]
-    return res
+    solver = _Solver(method, X, S, Y, chain, rep, std, opts)
+    res = pipeline.run(Y, chain, solver, findings, choose="first" if solver.strict else "best",
+                       fallback=not solver.strict, standardizer=std if return_fit else None)
+    return pipeline.squeeze(res) if one_d else res
 
 
-def _mark_input_findings(res, X, Y, chain, score_note, check_tails):
-    """What the checks of the inputs found, on the result: heavy-tailed draws (the CV estimates only),
-    scores that fail the Stein check, chains that have not mixed (per integrand)."""
-    tail_note = heavy_tail_note(X) if check_tails else None
-    if tail_note:
-        res.mark_unreliable(tail_note, res.method != "mc")
-    if score_note:
-        res.mark_unreliable(score_note)
-    for j, (rhat, limit) in unmixed_columns(Y, chain).items():
-        res.mark_unreliable(unmixed_note(f"integrand {j}", rhat, limit), j)
+class _Solver:
+    """The ZV and kernel candidates ``method`` asks for, on standardised draws and integrands, back in
+    the integrands' units: the solver :func:`cv_estimate` plugs into ``pipeline.run``."""
+
+    def __init__(self, method, X, S, Y, chain, rep, std, opts):
+        self.method, self.Y, self.chain, self.rep, self.std, self.opts = method, Y, chain, rep, std, opts
+        self.X, self.S = X, S
+        self.strict = method not in ("auto", "zv")
+
+    def __call__(self, notes):
+        X, Y, rep, opts, strict = self.X, self.Y, self.rep, self.opts, self.strict
+        n, d = X.shape
+        Xs, Ss = self.std.transform(X, self.S)
+        loc = Y.mean(axis=0)
+        scale = Y.std(axis=0)
+        live = np.flatnonzero(scale > 0)  # a constant integrand is known exactly: nothing to fit
+        Ystd = (Y - loc) / np.where(scale > 0, scale, 1.0)
+        scale = np.where(scale > 0, scale, 1.0)
+        zv_bases, kernel_names = _planned_methods(self.method, n, d)
+        if rep is not None:
+            notes.append(f"{n - rep[1].size} of the {n} draws repeat an earlier one (rejections, thinning): "
+                         "copies are held out together and are one point of a kernel fit.")
+        draws = StandardisedDraws(Xs, Ss, Ystd, self.chain, rep)
+        candidates = _zv_candidates(zv_bases if live.size else [], draws, live, opts, strict, notes)
+        kernel_names, todo = _kernel_plan(kernel_names, strict, d, opts.kernel_max_dim, candidates, live, notes)
+        if kernel_names and todo.size:
+            try:
+                rng = np.random.default_rng(opts.random_seed)
+                candidates += _kernel_candidates(kernel_names, draws, todo, opts, rng, notes)
+            except ValueError as err:
+                if strict:
+                    raise
+                notes.append(f"kernel CVs skipped ({err})")
+        return [_rescale(c, loc, scale) for c in candidates]

@@ -21,21 +21,19 @@ from typing import NamedTuple
 import numpy as np
 
 from ..cluster import check_client
+from . import pipeline
 from .external import cluster_nystrom
-from .finalize import Candidate, finalize
+from .finalize import Candidate
 from .heldout import fold_labels, jackknife_bias
 from .kernel_cv import fit_exact_heldout
 from .kernels import KERNEL_NAMES, make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
-from .mixing import unmixed_columns, unmixed_note
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
 from .problem import HeldoutProblem, KernelSpec
-from .score_check import apply_stein_check
 from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
-from .uncertainty import heavy_tail_note
 from .validation import (
     check_B,
     check_chain,
@@ -52,7 +50,7 @@ __all__ = ["vvcv_estimate"]
 class KernelPlan(NamedTuple):
     """How the vv-CV kernel is set up and tuned, shared by the solvers."""
 
-    kernel: object  # the base kernel before tuning
+    kernel: object  # the base kernel before tuning (its name until the draws are standardised)
     B: np.ndarray  # the task matrix (the start when learned)
     learn_B: bool
     nugget: float
@@ -136,16 +134,6 @@ def _initial_B(B, T):
     return check_B(B, T)
 
 
-def _score_notes(Xs, Ss, chains, shared):
-    """Stein check per task (once when all tasks share draws and scores): {task: note}."""
-    notes = {}
-    for t in range(1 if shared else len(Xs)):
-        note = apply_stein_check(Xs[t], Ss[t], chains[t], where="" if shared else f" for task {t}")
-        if note:
-            notes[t] = note
-    return notes
-
-
 @single_threaded_when_small(_problem_size)
 def vvcv_estimate(
     values,
@@ -219,9 +207,7 @@ def vvcv_estimate(
 
     Examples
     --------
-    >>> from typing import NamedTuple
-
-import numpy as np
+    >>> import numpy as np
     >>> import pymc_cv
     >>> rng = np.random.default_rng(0)
     >>> x = rng.normal(size=(40, 1))
@@ -242,58 +228,73 @@ import numpy as np
     check_kernel(kernel, KERNEL_NAMES)
     check_random_seed(random_seed)
     shared = _shared(Xs, Ss)
-    score_notes = _score_notes(Xs, Ss, chains, shared) if check_scores else {}
     if solver == "shared" and not shared:
         raise ValueError("solver='shared' needs identical samples and scores for every task.")
-    rng = np.random.default_rng(random_seed)
-
+    # all tasks share one set of draws: checked once, a finding for every task
+    targets = ([pipeline.Target(Xs[0], Ss[0], chains[0])] if shared else
+               [pipeline.Target(Xs[t], Ss[t], chains[t], rows=t, label=f"task {t}") for t in range(T)])
+    findings = pipeline.check_scores(targets) if check_scores else []
+    findings += pipeline.check_tails(targets) if check_tails else []
     std = Standardizer.fit(Xs[:1] if shared else Xs) if standardize else Standardizer.identity(d)
-    Zs, SZs = zip(*(std.transform(X, S) for X, S in zip(Xs, Ss)))
-    locs = np.array([y.mean() for y in ys])
-    scales = np.array([y.std() for y in ys])
-    scales = np.where(scales > 0, scales, 1.0)
-    yst = [(y - loc) / sc for y, loc, sc in zip(ys, locs, scales)]
-    m = np.array([y.size for y in ys])
-    N = int(m.sum())
-    n_fit = int(m[0]) if shared else N
-    order = _poly_order(poly_order, int(m.min()), 1 if shared else T, d, n_fit, tune_points(max_tune_points, n_fit))
-    kern0 = make_kernel(kernel, d, np.concatenate(Zs[:1] if shared else Zs), ard=ard)
-
-    use_shared = shared and solver in ("auto", "shared") and T > 1
-    plan = KernelPlan(kern0, B0, learn, nugget, tune, max_tune_points, folds)
-    if use_shared:
-        # with "auto", the vv-CV without polynomial features is a candidate too: held-out error
-        # decides, as cv_estimate's "auto" decides between a CF and a semi-exact CF
-        orders = [order] + ([0] if poly_order == "auto" and order > 0 else [])
-        cands = []
-        for o in orders:
-            fit = _run_shared(Zs[0], SZs[0], np.column_stack(yst), plan, o, chains[0], rng)
-            cands.append(_candidate("shared", locs, scales, fit))
-    else:
-        X = np.concatenate(Zs)
-        S = np.concatenate(SZs)
-        y = np.concatenate(yst)
-        tau = np.repeat(np.arange(T), m)
-        solver_used = solver if solver != "auto" else ("exact" if N <= exact_max_n else "inducing")
-        fit = _run_general(X, S, y, tau, T, plan, order, chains, solver_used, n_inducing, rng, client)
-        cands = [_candidate(solver_used, locs, scales, fit)]
-
-    res = finalize(ys, chains, cands, choose="first" if len(cands) == 1 else "best", fallback=fallback,
-                   kind="task")
-    for t in range(1 if shared else T) if check_tails else ():  # heavy tails: the se can be far too small
-        tail_note = heavy_tail_note(Xs[t])
-        if tail_note:
-            res.mark_unreliable(("" if shared else f"task {t}: ") + tail_note,
-                                (res.method != "mc") if shared else t)
-    for t, note in score_notes.items():
-        res.mark_unreliable(note, slice(None) if shared else t)
-    for t in range(T):
-        for _, (rhat, limit) in unmixed_columns(ys[t], chains[t]).items():
-            res.mark_unreliable(unmixed_note(f"task {t}", rhat, limit), t)
+    plan = KernelPlan(kernel, B0, learn, nugget, tune, max_tune_points, folds)
+    fit_tasks = _TaskSolver(ys, Xs, Ss, chains, std, plan, shared, settings=_SolverSettings(
+        solver, ard, poly_order, exact_max_n, n_inducing, random_seed, client))
+    res = pipeline.run(ys, chains, fit_tasks, findings, kind="task", fallback=fallback)
     # the task matrix of the candidate most tasks report (the MC fallback has none)
-    chosen = [h for h in res.hyperparameters if h is not None] or [cands[0].info]
+    chosen = [h for h in res.hyperparameters if h is not None] or [fit_tasks.first_info]
     res.B = max(chosen, key=lambda h: sum(g is h for g in chosen))["B"]
     return res
+
+
+class _SolverSettings(NamedTuple):
+    solver: str
+    ard: bool
+    poly_order: object
+    exact_max_n: int
+    n_inducing: int
+    random_seed: object
+    client: object
+
+
+class _TaskSolver:
+    """The vv-CV candidates on standardised draws and values, back in the units of the integrands:
+    the solver :func:`vvcv_estimate` plugs into ``pipeline.run``.  With shared draws and
+    ``poly_order="auto"``, the vv-CV without polynomial features is a candidate too (held-out error
+    decides, as ``cv_estimate``'s "auto" decides between a CF and a semi-exact CF)."""
+
+    def __init__(self, ys, Xs, Ss, chains, std, plan, shared, settings):
+        self.ys, self.Xs, self.Ss, self.chains, self.std = ys, Xs, Ss, chains, std
+        self.plan, self.shared, self.settings = plan, shared, settings
+        self.use_shared = shared and settings.solver in ("auto", "shared") and len(ys) > 1
+        self.first_info = None
+
+    def __call__(self, notes):
+        ys, T, opts = self.ys, len(self.ys), self.settings
+        d = self.Xs[0].shape[1]
+        Zs, SZs = zip(*(self.std.transform(X, S) for X, S in zip(self.Xs, self.Ss)))
+        locs = np.array([y.mean() for y in ys])
+        scales = np.array([y.std() for y in ys])
+        scales = np.where(scales > 0, scales, 1.0)
+        yst = [(y - loc) / sc for y, loc, sc in zip(ys, locs, scales)]
+        m = np.array([y.size for y in ys])
+        N = int(m.sum())
+        n_fit = int(m[0]) if self.shared else N
+        order = _poly_order(opts.poly_order, int(m.min()), 1 if self.shared else T, d, n_fit,
+                            tune_points(self.plan.max_tune_points, n_fit))
+        base = make_kernel(self.plan.kernel, d, np.concatenate(Zs[:1] if self.shared else Zs), ard=opts.ard)
+        plan = self.plan._replace(kernel=base)
+        rng = np.random.default_rng(opts.random_seed)
+        if self.use_shared:
+            orders = [order] + ([0] if opts.poly_order == "auto" and order > 0 else [])
+            fits = [("shared", _run_shared(Zs[0], SZs[0], np.column_stack(yst), plan, o, self.chains[0], rng))
+                    for o in orders]
+        else:
+            problem = _task_problem(Zs, SZs, yst, self.chains, plan.folds)
+            solver = opts.solver if opts.solver != "auto" else ("exact" if N <= opts.exact_max_n else "inducing")
+            fits = [(solver, _run_general(problem, plan, order, solver, opts, rng))]
+        cands = [_candidate(name, locs, scales, fit) for name, fit in fits]
+        self.first_info = cands[0].info
+        return cands
 
 
 def _candidate(solver, locs, scales, fit):
@@ -346,24 +347,32 @@ def _run_shared(X, S, Y, plan, order, chain, rng):
                    hyper, bias)
 
 
-def _run_general(X, S, y, tau, T, plan, order, chains, solver, n_inducing, rng, client=None):
-    idx = subsample_per_task(tau, T, plan.max_tune_points, rng)
-    kern, nug, B = _tune(plan, X[idx], S[idx], y[idx], tau[idx], T, order)
-    N = y.size
-    labels = np.empty(N, dtype=int)
+def _task_problem(Zs, SZs, yst, chains, folds):
+    """All tasks' standardised draws as one :class:`HeldoutProblem`, held-out blocks numbered across tasks."""
+    T = len(yst)
+    m = [y.size for y in yst]
+    tau = np.repeat(np.arange(T), m)
+    labels = np.empty(tau.size, dtype=int)
     offset = 0
     for t in range(T):
         it = np.flatnonzero(tau == t)
-        labels[it] = offset + fold_labels(it.size, chains[t], plan.folds)
+        labels[it] = offset + fold_labels(it.size, chains[t], folds)
         offset = labels[it].max() + 1
-    problem = HeldoutProblem(X, S, y[:, None], tau, T, labels)
+    return HeldoutProblem(np.concatenate(Zs), np.concatenate(SZs), np.concatenate(yst)[:, None], tau, T, labels)
+
+
+def _run_general(problem, plan, order, solver, opts, rng):
+    """The vv-CV of ``problem``'s tasks by the ``"exact"`` or ``"inducing"`` solver."""
+    X, S, tau, T = problem.X, problem.S, problem.tau, problem.T
+    idx = subsample_per_task(tau, T, plan.max_tune_points, rng)
+    kern, nug, B = _tune(plan, X[idx], S[idx], problem.Y[idx, 0], tau[idx], T, order)
     spec = KernelSpec(kern, B, nug, [order])
     if solver == "inducing":
-        ind = np.sort(subsample_per_task(tau, T, n_inducing, rng))
-        if client is None:
+        ind = np.sort(subsample_per_task(tau, T, opts.n_inducing, rng))
+        if opts.client is None:
             fit = fit_nystrom_heldout(problem, spec, ind)[0]
         else:
-            fit = cluster_nystrom()(problem, spec, ind, check_client(client))[0]
+            fit = cluster_nystrom()(problem, spec, ind, check_client(opts.client))[0]
     else:
         fit = fit_exact_heldout(problem, spec)[0]
     r, z = fit.resid[:, 0], fit.z[:, 0]

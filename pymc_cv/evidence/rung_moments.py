@@ -14,10 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core import cv_estimate, vvcv_estimate
-from ..core.score_check import apply_stein_check
+from ..core import cv_estimate, pipeline, vvcv_estimate
 from ..core.standard_errors import mcse_mean
-from ..core.uncertainty import heavy_tail_note
 from .weighted_rung import weighted_moments
 
 __all__ = ["METHODS", "RungArrays", "RungMoments", "rung_moments", "concat_moments", "check_rung_counts"]
@@ -305,29 +303,22 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
 def _check_inputs(t, rungs, weighted, first_rung, options):
     """(reliable per rung, notes) from the checks made once for the ladder, which the per-rung fits
     then skip: the Stein check of every rung's scores and the tails of the end rungs."""
-    w = t.size
-    reliable = np.ones(w, dtype=bool)
-    notes = []
+    reliable = np.ones(t.size, dtype=bool)
+    targets = [pipeline.Target(X, t[i] * gl + gp, c, rows=i, label=f"rung {i + first_rung} (t = {t[i]:.4g})")
+               for i, (_, X, gl, gp, c) in enumerate(rungs) if i not in weighted]
+    findings = []
     if options.pop("check_scores", True):
-        # swapped or mis-signed gradients, or draws from another ladder, fail this at some rung
-        for i, (_, X, gl, gp, c) in enumerate(rungs):
-            if i in weighted:
-                continue
-            # one level for the ladder: per rung, 31 rungs of 100 exact draws flagged 4 runs of 10
-            note = apply_stein_check(X, t[i] * gl + gp, c, where=f" at rung {i + first_rung} (t = {t[i]:.4g})",
-                                     family=w)
-            if note:
-                notes.append(note)
-                reliable[i] = False
+        # swapped or mis-signed gradients, or draws from another ladder, fail this at some rung; one
+        # level for the ladder: per rung, 31 rungs of 100 exact draws flagged 4 runs of 10
+        findings += pipeline.check_scores(targets, family=t.size, where=" at {label}")
     options["check_scores"] = False
     if options.pop("check_tails", True):
         # a power posterior's tails come from the prior (t = 0) or the posterior (t = 1): those two
-        # rungs are checked once for the ladder; per rung, 62 checks of 100-draw Gaussian rungs
-        # flagged nearly every run of bench/ti_coverage.py by chance
-        for i in np.flatnonzero((t == 0.0) | (t == 1.0)):
-            note = None if i in weighted else heavy_tail_note(rungs[i][1])
-            if note:
-                notes.append(f"rung {i + first_rung} (t = {t[i]:.4g}): {note}")
-                reliable[:] = False
+        # rungs are checked once for the ladder, for every rung; per rung, 62 checks of 100-draw
+        # Gaussian rungs flagged nearly every run of bench/ti_coverage.py by chance
+        ends = [tg._replace(rows=slice(None)) for tg in targets if t[tg.rows] in (0.0, 1.0)]
+        findings += pipeline.check_tails(ends)
     options["check_tails"] = False
-    return reliable, notes
+    for f in findings:
+        reliable[f.rows] = False
+    return reliable, [f.note for f in findings]

@@ -8,9 +8,8 @@ import time
 import numpy as np
 
 from ..cluster import check_client, map_units
-from ..core.finalize import Candidate, finalize
-from ..core.score_check import apply_stein_check
-from ..core.uncertainty import heavy_tail_note
+from ..core import pipeline
+from ..core.finalize import Candidate
 from ..core.validation import check_chain, check_task
 from ..progress import progress_bar
 from .maml import build_functions
@@ -40,18 +39,13 @@ def _halves(n, chain):
     return np.concatenate(a), np.concatenate(b)
 
 
-def _score_notes(tasks, samples, scores):
-    """Stein check per task, once per distinct array of draws: (notes, flagged task indices)."""
-    checked, notes, flagged = {}, [], []
-    for i, (_, X, S, c) in enumerate(tasks):
-        key = (id(samples[i]), id(scores[i]))
-        if key not in checked:
-            checked[key] = apply_stein_check(X, S, c, where=f" for task {i}")
-            if checked[key]:
-                notes.append(checked[key])
-        if checked[key]:
-            flagged.append(i)
-    return notes, flagged
+def _targets(tasks, samples, scores):
+    """One pipeline target per distinct array of draws and scores, serving every task given it."""
+    rows = {}
+    for i in range(len(tasks)):
+        rows.setdefault((id(samples[i]), id(scores[i])), []).append(i)
+    return [pipeline.Target(tasks[idx[0]][1], tasks[idx[0]][2], tasks[idx[0]][3], rows=idx, label=f"task {idx[0]}")
+            for idx in rows.values()]
 
 
 class MetaCV:
@@ -332,30 +326,27 @@ class MetaCV:
         elif chain is None:
             chain = [None] * len(values)
         tasks = self._check_tasks(values, samples, scores, chain)
-        score_notes, flagged = _score_notes(tasks, samples, scores) if check_scores else ([], [])
-        est, heldout, resid_chain = self._heldout_on(tasks, crossfit, check_client(client))
-        cand = Candidate("metacv", np.array(est), heldout, heldout, None,
-                         {"support_size": self.support_size_, "inner_steps": self.inner_steps},
-                         resid_chain=resid_chain)
-        res = finalize([y for y, *_ in tasks], [c for *_, c in tasks], [cand], choose="first", fallback=fallback,
-                       kind="task")
+        targets = _targets(tasks, samples, scores)
+        findings = pipeline.check_scores(targets) if check_scores else []
+        # (only tasks with 25 draws or more can tell)
+        findings += pipeline.check_tails([tg._replace(rows=t, label=f"task {t}") for t, tg in
+                                          enumerate(pipeline.Target(X, S, c) for _, X, S, c in tasks)])
+        client = check_client(client)
+        info = {"support_size": self.support_size_, "inner_steps": self.inner_steps}
+
+        def adapt(notes):
+            est, heldout, resid_chain = self._heldout_on(tasks, crossfit, client)
+            return [Candidate("metacv", np.array(est), heldout, heldout, None, info, resid_chain=resid_chain)]
+
+        res = pipeline.run([y for y, *_ in tasks], [c for *_, c in tasks], adapt, findings, kind="task",
+                           choose="first", fallback=fallback)
         small = np.array([y.size < 40 for y, *_ in tasks])
         if small.any():
             res.notes.append(f"{int(small.sum())} task(s) have fewer than 40 draws: their se comes from a few "
                              "held-out residuals and is itself rough.")
             res.se_reliable = res.se_reliable & ~small
-        for t, x in enumerate(samples):  # (only tasks with 25 draws or more can tell)
-            tail_note = heavy_tail_note(np.asarray(x, dtype=float).reshape(len(x), -1))
-            if tail_note and res.method.ravel()[t] != "mc":
-                res.mark_unreliable(f"task {t}: {tail_note}", t)
-        for note in score_notes[::-1]:
-            res.mark_unreliable(note, flagged)
-        res.hyperparameters = [cand.info]
-        if one:
-            for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable",
-                        "khat", "jackknife_bias"):
-                setattr(res, key, getattr(res, key).reshape(()))
-        return res
+        res.hyperparameters = [info]
+        return pipeline.squeeze(res) if one else res
 
     # -- persistence ----------------------------------------------------------------------
     _SETTINGS = ("hidden", "activation", "inner_steps", "inner_lr", "meta_lr", "meta_iterations", "task_batch",
