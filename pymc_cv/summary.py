@@ -392,20 +392,20 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     if cv_interval and tasks is not None:
         warnings.warn(f"cv_interval=True is not used with tasks={tasks!r}: the interval bounds of those rows are the "
                       "plain quantiles.", UserWarning, stacklevel=2)
+    cv_opts, vv_opts = _split_options(options)
+    cv_opts["check_scores"] = vv_opts["check_scores"] = False  # checked once, here, with names
+    settings = _Settings(cv_opts, vv_opts, B, metacv, options.get("random_seed", 0), method, ci_prob, cv_interval)
     if tasks == "temperature":
-        records, results, notes = _temperature_table(idata, var_names, model, method, B, check_scores, progressbar,
-                                                     compile_kwargs, options, ci_prob)
+        records, results, notes = _temperature_table(idata, var_names, model, settings, check_scores, progressbar,
+                                                     compile_kwargs)
         table = _table(records, results, notes, kind, round_to, ci_prob)
         return (table, dict(results)) if return_results else table
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     post = _read_posterior(idata, var_names, integrands)  # from here on, arrays only
     X, S, rows, groups = post.draws, post.scores, post.rows, post.groups
-    cv_opts, vv_opts = _split_options(options)
-    cv_opts["check_scores"] = vv_opts["check_scores"] = False  # checked once, here, with names
     flagged, divergent = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
     _warn_unused(method, B, metacv, tasks, groups)
     every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
-    settings = _Settings(cv_opts, vv_opts, B, metacv, options.get("random_seed", 0), method, ci_prob, cv_interval)
     units = [u for u in _units(tasks, method, rows, groups, every_row) if u[0]]
     fitted = _fit_units(X, S, settings, units, client, progressbar)
     records, results = [], _ResultsByRow()
@@ -699,16 +699,15 @@ def _run_wide_checks(post, check_scores, per_chain):
     return notes, divergent
 
 
-def _temperature_table(idata, var_names, model, method, B, check_scores, progressbar, compile_kwargs, options,
-                       ci_prob):
+def _temperature_table(idata, var_names, model, settings, check_scores, progressbar, compile_kwargs):
     """Rows ``name (t = ...)``: each quantity at every temperature of a population run, the
-    temperatures as the tasks of one vv-CV (per-temperature ``cv_estimate`` for a single-task method)."""
+    temperatures as the tasks of one vv-CV (per-temperature ``cv_estimate`` for a single-task method),
+    fitted with the summary's :class:`_Settings`."""
     if model is None:
         raise ValueError("tasks='temperature' needs the model (summary(idata, model=model)) for the scores at "
                          "every temperature.")
     t, posts, Xs, Ss, chain = population_draws(idata, model, compile_kwargs)
-    cv_opts, vv_opts = _split_options(options)
-    cv_opts["check_scores"] = vv_opts["check_scores"] = False
+    method, cv_opts, vv_opts, ci_prob = settings.method, settings.cv_opts, settings.vv_opts, settings.ci_prob
     notes = []
     n_div = int(np.asarray(compat.group(idata, POPULATION).get("diverging", 0)).sum())
     if n_div:
@@ -727,7 +726,7 @@ def _temperature_table(idata, var_names, model, method, B, check_scores, progres
             vals = [rows[j][1] for rows in per_t]
             flat = [v.reshape(-1) for v in vals]
             if method in ("auto", "vvcv"):
-                res = [vvcv_estimate(flat, Xs, Ss, B=B, chain=[chain] * len(t), **vv_opts)] * len(t)
+                res = [vvcv_estimate(flat, Xs, Ss, B=settings.B, chain=[chain] * len(t), **vv_opts)] * len(t)
                 idx = list(range(len(t)))
             else:
                 res = [cv_estimate(f, X, S, method=method, chain=chain, **cv_opts) for f, X, S in zip(flat, Xs, Ss)]

@@ -67,7 +67,7 @@ def test_maml_meta_gradient_matches_finite_differences():
     import pytensor
     import pytensor.tensor as pt
 
-    from pymc_cv.metacv.maml import _inner
+    from pymc_cv.metacv.maml import InnerLoop, Network, _inner
 
     d, hidden = 1, (4,)
     rng = np.random.default_rng(2)
@@ -75,7 +75,7 @@ def test_maml_meta_gradient_matches_finite_differences():
     XS, SS, XQ, SQ = (pt.tensor3(n) for n in ("XS", "SS", "XQ", "SQ"))
     FS, FQ = pt.matrix("FS"), pt.matrix("FQ")
     for first_order in (False, True):
-        th_b, c_b = _inner(theta_v, XS, SS, FS, d, hidden, "tanh", 0.1, 2, first_order)
+        th_b, c_b = _inner(theta_v, (XS, SS, FS), Network(d, hidden, "tanh"), InnerLoop(0.1, 2, first_order))
         loss = pt.mean((FQ - c_b[:, None] - stein_term(th_b, XQ, SQ, d, hidden, "tanh")) ** 2)
         f = pytensor.function([theta_v, XS, SS, FS, XQ, SQ, FQ], [loss, pt.grad(loss, theta_v)])
         x = rng.normal(size=(2, 6, d))

@@ -5,7 +5,8 @@
 2. ``check_tails``: heavy-tailed draws, a finding for the CV estimates only (control variates
    extrapolate into tails the draws rarely reach; the plain mean's se does not);
 3. ``run``: the solver's candidates, ``finalize`` (the choice per integrand, the se, the fallback to
-   the plain mean), then the findings and the chains that have not mixed, marked on the result.
+   the plain mean), then the findings and the rows whose chains have not mixed (R-hat of the
+   integrand values), marked on the result.
 
 ``cv_estimate`` (ZV and kernel solvers), ``vvcv_estimate`` (the vv-CV solvers) and
 ``MetaCV.estimate`` (adaptation of a meta-learned network) run all three; ``rung_moments`` runs the
@@ -74,7 +75,7 @@ def check_tails(targets):
 
 
 def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choose="best", fallback=True,
-        notes=None, standardizer=None, mixing=True):
+        standardizer=None):
     """The estimate of every integrand (task) from the candidates ``solver(notes)`` returns.
 
     Parameters
@@ -90,20 +91,17 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
         (so the first reads first).
     kind, choose, fallback, standardizer
         As :func:`~pymc_cv.core.finalize.finalize` takes them.
-    mixing : bool
-        Mark rows whose chains have not mixed (R-hat of the integrand values).
 
     Returns
     -------
     CVResult
     """
-    notes = [] if notes is None else notes
+    notes = []
     candidates = solver(notes)
     res = finalize(values, chains, candidates, choose=choose, fallback=fallback, kind=kind, notes=notes,
                    standardizer=standardizer)
-    if mixing:
-        for j, (rhat, limit) in _unmixed(values, chains, kind):
-            res.mark_unreliable(unmixed_note(f"{kind} {j}", rhat, limit), j)
+    for j, (rhat, limit) in _unmixed(values, chains, kind):
+        res.mark_unreliable(unmixed_note(f"{kind} {j}", rhat, limit), j)
     for f in reversed(list(findings)):
         rows = f.rows
         if f.cv_only:

@@ -12,7 +12,7 @@ from ..core import pipeline
 from ..core.finalize import Candidate
 from ..core.validation import check_chain, check_task
 from ..progress import progress_bar
-from .maml import build_functions
+from .maml import InnerLoop, Network, build_functions
 from .network import init_params, n_params
 
 __all__ = ["MetaCV"]
@@ -103,7 +103,7 @@ class MetaCV:
     >>> mcv = pymc_cv.MetaCV(hidden=(16,), meta_iterations=300, progressbar=False)
     >>> mcv = mcv.meta_fit(task)
     >>> res = mcv.estimate(*task(np.random.default_rng(1), n=20))
-    >>> res.method.item() in ("metacv", "mc")
+    >>> res.method in ("metacv", "mc")
     True
     """
 
@@ -140,9 +140,9 @@ class MetaCV:
     def _compile(self, theta):
         start = time.perf_counter()
         self._theta_shared, self._train_step, self._adapt = build_functions(
-            self.d_, self.hidden, self.activation, self.inner_lr, int(self.inner_steps), self.first_order,
-            self.meta_lr, theta, self.compile_kwargs,
-        )
+            Network(self.d_, self.hidden, self.activation), InnerLoop(self.inner_lr, int(self.inner_steps),
+                                                                       self.first_order),
+            self.meta_lr, theta, self.compile_kwargs)
         return time.perf_counter() - start
 
     def _check_fitted(self):
@@ -317,7 +317,7 @@ class MetaCV:
         Returns
         -------
         CVResult
-            Arrays over tasks (0-d for one task).
+            Arrays over tasks (scalars for one task, as :func:`pymc_cv.cv_estimate` gives for 1-d values).
         """
         self._check_fitted()
         one = not isinstance(values, (list, tuple))

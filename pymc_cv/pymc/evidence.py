@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,6 +42,18 @@ __all__ = ["thermodynamic_integration", "ti_from_draws", "ti_from_population"]
 
 def _rung_seeds(random_seed, w):
     return [int(child.generate_state(1)[0]) for child in np.random.SeedSequence(random_seed).spawn(w)]
+
+
+class _Sampling(NamedTuple):
+    """How ``thermodynamic_integration`` samples: per rung (NUTS) or per population iteration."""
+
+    draws: int
+    tune: int
+    chains: int
+    random_seed: object
+    progressbar: bool
+    compile_kwargs: dict | None
+    client: object
 
 
 # an exchange acceptance rate below this between neighbouring rungs: states barely travel along the
@@ -307,9 +320,12 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
     start = time.perf_counter()
     settings = TISettings(method, rule, group_size, B, progressbar, 0 if random_seed is None else random_seed,
                           refine, options)
+    how = _Sampling(int(draws), int(tune), int(chains), random_seed, progressbar, compile_kwargs, client)
     if sampler == "population":
-        return _ti_population(model, tempered, temperatures, (int(draws), int(tune), int(chains)), random_seed,
-                              settings, compile_kwargs, compile_seconds, client, adapt_temperatures)
+        res = _ti_population(model if tempered is None else tempered, temperatures, how, adapt_temperatures,
+                             lambda idata: _estimate_population(idata, model, settings, compile_kwargs))
+        res.seconds["compile"] = compile_seconds
+        return res
     moments = None
     if sampler == "smc":
         t, rungs = smc_rungs(model, draws=int(draws), random_seed=random_seed, progressbar=progressbar,
@@ -321,8 +337,7 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
             # fit each group of rungs here while the workers sample the others
             fitter = GroupFitter(_ladder(temperatures)[0], method, group_size, B,
                                  0 if random_seed is None else random_seed, options)
-        t, rungs = _nuts_rungs(model, temperatures, int(draws), int(tune), int(chains), random_seed, target_cess,
-                               max_rungs, progressbar, compile_kwargs, client,
+        t, rungs = _nuts_rungs(model, temperatures, how, (target_cess, max_rungs),
                                on_rung=None if fitter is None else fitter.add)
         if fitter is not None:
             moments = fitter.moments()
@@ -346,23 +361,25 @@ def _smc_particles_named(sampler, stages):
             "few). Use sampler='nuts' or 'population', or more draws.") from err
 
 
-def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_cess, max_rungs, progressbar,
-                compile_kwargs, client, on_rung=None):
-    """The ladder and its rungs' arrays, each rung an independent NUTS run (here or on ``client``);
-    ``on_rung(i, arrays)`` as rung i of a fixed ladder finishes."""
+def _nuts_rungs(model, temperatures, how, refinement, on_rung=None):
+    """The ladder and its rungs' arrays, each rung an independent NUTS run (here or on ``how.client``);
+    ``refinement`` (target_cess, max_rungs) for an adaptive ladder; ``on_rung(i, arrays)`` as rung i of
+    a fixed ladder finishes."""
 
     t, adaptive = _ladder(temperatures)
+    target_cess, max_rungs = refinement
     rungs = {}
-    token = None if client is None else model_token(model)  # workers reuse what they compiled for it
+    token = None if how.client is None else model_token(model)  # workers reuse what they compiled for it
 
     def run(ladder):
         # a rung's seed depends on its temperature's place in the first ladder it appeared in
-        seeds = dict(zip(ladder, _rung_seeds(random_seed, len(ladder))))
+        seeds = dict(zip(ladder, _rung_seeds(how.random_seed, len(ladder))))
         todo = [(ti, seeds[ti]) for ti in ladder if ti not in rungs]
         where = {ti: i for i, ti in enumerate(ladder)}
         done = None if on_rung is None else (lambda k, arrays: on_rung(where[todo[k][0]], arrays))
-        out = map_units(sample_rung, todo, shared=(model, token, compile_kwargs, draws, tune, chains), client=client,
-                        progressbar=progressbar, description="Sampling power posteriors", on_result=done)
+        out = map_units(sample_rung, todo, shared=(model, token, how.compile_kwargs, how.draws, how.tune, how.chains),
+                        client=how.client, progressbar=how.progressbar, description="Sampling power posteriors",
+                        on_result=done)
         rungs.update({ti: arrays for (ti, _), arrays in zip(todo, out)})
 
     run(t)
@@ -375,23 +392,21 @@ def _nuts_rungs(model, temperatures, draws, tune, chains, random_seed, target_ce
     return t, [rungs[ti] for ti in t]
 
 
-def _ti_population(model, tempered, temperatures, lengths, random_seed, settings, compile_kwargs, compile_seconds,
-                   client, adapt_temperatures):
-    """``thermodynamic_integration(sampler="population")``: one population run (``lengths``: draws,
-    tune, chains), then the estimate from its rungs."""
-    draws, tune, chains = lengths
+def _ti_population(tempered, temperatures, how, adapt_temperatures, estimate):
+    """``thermodynamic_integration(sampler="population")``: one population run of the ``tempered``
+    model, then ``estimate(idata)`` from its rungs."""
     if isinstance(temperatures, str):
         raise ValueError("temperatures='adaptive' refines the ladder between independent NUTS runs; with "
                          "sampler='population' give the ladder (an int or an array).")
     t = population_ladder(power_ladder(31) if temperatures is None else temperatures)
     start = time.perf_counter()
-    idata = run_population(model if tempered is None else tempered, t, draws=draws, tune=tune,
-                           chains=chains, swap_every=1, random_seed=random_seed, progressbar=settings.progressbar,
-                           compile_kwargs=compile_kwargs, client=client,
+    idata = run_population(tempered, t, draws=how.draws, tune=how.tune, chains=how.chains, swap_every=1,
+                           random_seed=how.random_seed, progressbar=how.progressbar,
+                           compile_kwargs=how.compile_kwargs, client=how.client,
                            adapt_temperatures=adapt_temperatures)
     sampling = time.perf_counter() - start
-    res = _estimate_population(idata, model, settings, compile_kwargs)
-    res.seconds.update(sampling=sampling, compile=compile_seconds)
+    res = estimate(idata)
+    res.seconds.update(sampling=sampling)
     if adapt_temperatures:
         # measured in bench/population_ti.py: 2 of 10 runs off by 5 se, unflagged (0 of 10 on fixed ladders)
         res.notes.append("the ladder was moved to even out exchange rates, not to reduce the quadrature error; on "
