@@ -151,7 +151,7 @@ def main():
     # method family than the kernel CVs judged here, on independent draws).
     ref = fit_with_scores(backend, years, hare, lynx, ref_draws // 4, 4, 12345, model)
     ref_sec = time.perf_counter() - t0
-    Xr, Sr = pymc_cv.groups.stacked_draws_and_scores(ref)
+    Xr, Sr = pymc_cv.idata_groups.stacked_draws_and_scores(ref)
     nr = Xr.shape[0] * Xr.shape[1]
     ref_prey = prey_at(ref.posterior, all_times, years[0]).reshape(nr, -1)
     ref_chain = np.repeat(np.arange(Xr.shape[0]), Xr.shape[1])
@@ -167,7 +167,7 @@ def main():
         t = time.perf_counter()
         idata = fit_with_scores(backend, years, hare, lynx, draws // 2, 2, rep, model)
         secs["sample"] += time.perf_counter() - t
-        X, S = pymc_cv.groups.stacked_draws_and_scores(idata)
+        X, S = pymc_cv.idata_groups.stacked_draws_and_scores(idata)
         n = X.shape[0] * X.shape[1]
         X, S = X.reshape(n, -1), S.reshape(n, -1)
         chain = np.repeat(np.arange(idata.posterior.sizes["chain"]), idata.posterior.sizes["draw"])

@@ -18,7 +18,7 @@ from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_
 from .core.score_check import apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
 from .core.standard_errors import mcse_mean
-from .groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
+from .idata_groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
 from .metacv import MetaCV
 from .progress import progress_bar
 from .pymc.bambi import is_bambi_model, pymc_model
@@ -113,9 +113,9 @@ def _real(label, values):
 
 
 def _integrand_rows(idata, integrands, n_chain, n_draw):
-    """Scalar rows and task groups from callables of the constrained posterior variables."""
+    """Scalar rows and task task_groups from callables of the constrained posterior variables."""
     post = compat.group(idata, "posterior")
-    scalar, groups = [], []
+    scalar, task_groups = [], []
     for name, fn in integrands.items():
         if not callable(fn):
             raise ValueError(f"integrands['{name}'] must be a callable taking the posterior variables.")
@@ -131,8 +131,8 @@ def _integrand_rows(idata, integrands, n_chain, n_draw):
             flat = out.reshape(n_chain, n_draw, -1)
             idx = list(np.ndindex(*out.shape[2:]))
             labels = [f"{name}[{', '.join(map(str, i))}]" for i in idx]
-            groups.append((labels, [flat[:, :, k] for k in range(flat.shape[2])]))
-    return scalar, groups
+            task_groups.append((labels, [flat[:, :, k] for k in range(flat.shape[2])]))
+    return scalar, task_groups
 
 
 class _Posterior(NamedTuple):
@@ -140,14 +140,14 @@ class _Posterior(NamedTuple):
 
     ``draws`` and ``scores`` (chain, draw, d) on the unconstrained space; ``parameter_names`` one
     label per column of them (for the Stein check's messages); ``rows`` [(label, values (chain,
-    draw))] and ``groups`` [(labels, [values])]: the table's quantities; ``diverging`` (chain,
-    draw) or None without ``sample_stats.diverging``."""
+    draw))] and ``task_groups`` [(labels, [values])] (an integrand with several tasks): the table's
+    quantities; ``diverging`` (chain, draw) or None without ``sample_stats.diverging``."""
 
     draws: np.ndarray
     scores: np.ndarray
     parameter_names: list
     rows: list
-    groups: list
+    task_groups: list
     diverging: np.ndarray | None
 
 
@@ -155,11 +155,11 @@ def _read_posterior(idata, var_names, integrands):
     """The :class:`_Posterior` of ``idata`` (which holds the scores); errors name what is wrong."""
     X, S = stacked_draws_and_scores(idata)
     _check_draws_and_scores(X, S)
-    rows, groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
+    rows, task_groups = _collect_rows(idata, var_names, integrands, X.shape[0], X.shape[1])
     stats = compat.group(idata, "sample_stats") if "sample_stats" in compat.group_names(idata) else {}
     diverging = (np.asarray(stats["diverging"].transpose("chain", "draw").values, dtype=bool)
                  if "diverging" in stats else None)
-    return _Posterior(X, S, coordinate_labels(idata), rows, groups, diverging)
+    return _Posterior(X, S, coordinate_labels(idata), rows, task_groups, diverging)
 
 
 class _ResultsByRow(dict):
@@ -402,11 +402,11 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         return (table, dict(results)) if return_results else table
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     post = _read_posterior(idata, var_names, integrands)  # from here on, arrays only
-    X, S, rows, groups = post.draws, post.scores, post.rows, post.groups
+    X, S, rows, task_groups = post.draws, post.scores, post.rows, post.task_groups
     flagged, divergent = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
-    _warn_unused(method, B, metacv, tasks, groups)
-    every_row = rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]  # table order
-    units = [u for u in _units(tasks, method, rows, groups, every_row) if u[0]]
+    _warn_unused(method, B, metacv, tasks, task_groups)
+    every_row = rows + [(lab, v) for labels, vals in task_groups for lab, v in zip(labels, vals)]  # table order
+    units = [u for u in _units(tasks, method, rows, task_groups, every_row) if u[0]]
     fitted = _fit_units(X, S, settings, units, client, progressbar)
     records, results = [], _ResultsByRow()
     for recs, res in fitted:
@@ -432,9 +432,9 @@ def _check_scores_are_of(idata, model):
                          "'score' to score this model.")
 
 
-def _warn_unused(method, B, metacv, tasks, groups):
+def _warn_unused(method, B, metacv, tasks, task_groups):
     """A warning for every argument that nothing in this table uses (nothing is ignored silently)."""
-    joint = tasks == "chain" or any(len(vals) > 1 for _, vals in groups)
+    joint = tasks == "chain" or any(len(vals) > 1 for _, vals in task_groups)
     vv_fitted = tasks == "chain" or (method == "vvcv" and joint)
     unused = []
     if method in ("vvcv", "metacv") and not joint:
@@ -466,27 +466,27 @@ def _with_scores(idata, model, progressbar, compile_kwargs=None, check_logp=True
 
 
 def _collect_rows(idata, var_names, integrands, n_chain, n_draw):
-    """Scalar rows [(label, values (chain, draw))] and task groups [(labels, [values])], all finite."""
+    """Scalar rows [(label, values (chain, draw))] and task task_groups [(labels, [values])], all finite."""
     rows = _variable_rows(idata, var_names) if (var_names is not None or integrands is None) else []
-    groups = []
+    task_groups = []
     if integrands is not None:
-        scalar, groups = _integrand_rows(idata, integrands, n_chain, n_draw)
+        scalar, task_groups = _integrand_rows(idata, integrands, n_chain, n_draw)
         rows += scalar
-    for label, values in rows + [(lab, v) for labels, vals in groups for lab, v in zip(labels, vals)]:
+    for label, values in rows + [(lab, v) for labels, vals in task_groups for lab, v in zip(labels, vals)]:
         if not np.all(np.isfinite(values)):
             raise ValueError(f"'{label}' is NaN or inf at some draws; an expectation needs finite values.")
-    return rows, groups
+    return rows, task_groups
 
 
-def _units(tasks, method, rows, groups, every_row):
+def _units(tasks, method, rows, task_groups, every_row):
     """Units of work (labels, values, how): every scalar row in one fit, each task group jointly."""
     if tasks == "chain":
         return [([label], [values], "per_chain") for label, values in every_row]
     joint = {"metacv": "meta", "vvcv": "jointly"}.get(method)
-    alone = [(labels, vals) for labels, vals in groups if joint is None or len(vals) == 1]
+    alone = [(labels, vals) for labels, vals in task_groups if joint is None or len(vals) == 1]
     units = [([lab for lab, _ in rows] + [lab for labels, _ in alone for lab in labels],
               [v for _, v in rows] + [v for _, vals in alone for v in vals], "together")]
-    return units + [(labels, vals, joint) for labels, vals in groups if joint is not None and len(vals) > 1]
+    return units + [(labels, vals, joint) for labels, vals in task_groups if joint is not None and len(vals) > 1]
 
 
 def _fit_units(X, S, settings, units, client, progressbar):

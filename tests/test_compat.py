@@ -5,7 +5,7 @@ import pytest
 
 import pymc_cv
 from pymc_cv import compat
-from pymc_cv.groups import with_cv_groups
+from pymc_cv.idata_groups import with_cv_groups
 
 
 def _ar1(phi, n_chain, n_draw, rng):

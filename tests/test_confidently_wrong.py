@@ -14,7 +14,7 @@ from pymc_cv.core.density_check import DrawsModelMismatchError
 from pymc_cv.core.heldout import fold_labels, repeated_draws
 from pymc_cv.core.score_check import ScoreMismatchError, stein_check
 from pymc_cv.evidence import power_ladder
-from pymc_cv.groups import with_cv_groups
+from pymc_cv.idata_groups import with_cv_groups
 
 # -- scores that do not belong to the draws -------------------------------------------------------
 

@@ -6,7 +6,7 @@ import pytest
 
 import pymc_cv
 from pymc_cv.compat import from_dict
-from pymc_cv.groups import with_cv_groups
+from pymc_cv.idata_groups import with_cv_groups
 from pymc_cv.plots import plot_cv_fit, plot_forest
 
 matplotlib.use("Agg")

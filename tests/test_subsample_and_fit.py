@@ -1,4 +1,4 @@
-"""The jackknife estimate of a fit's bias (fits without groups of the draws, same hyperparameters)
+"""The jackknife estimate of a fit's bias (fits without parts of the draws, same hyperparameters)
 equals direct refits; the fit objects kept on request evaluate the control variate at new draws."""
 
 import numpy as np
@@ -18,7 +18,7 @@ def _draws(n, d=2, seed=0):
     return x, -x
 
 
-def test_groups_are_alternate_folds_spanning_every_chain():
+def test_parts_are_alternate_folds_spanning_every_chain():
     labels = fold_labels(80, np.repeat([0, 1], 40), 4)
     quarters = split_parts(labels, 4)
     assert sum(q.sum() for q in quarters) == 80 and not np.any(quarters[0] & quarters[1])
@@ -29,17 +29,17 @@ def test_groups_are_alternate_folds_spanning_every_chain():
 def test_jackknife_bias_of_the_sample_mean_vanishes():
     # the mean of the means without each equal-size group is the mean: no bias, none estimated
     y = np.random.default_rng(0).normal(size=(40, 3))
-    for groups in (2, 4):
+    for parts in (2, 4):
         np.testing.assert_allclose(jackknife_bias(lambda m: y[~m].mean(axis=0), np.arange(40), y.mean(axis=0),
-                                                  groups), 0.0, atol=1e-14)
+                                                  parts), 0.0, atol=1e-14)
 
 
-@pytest.mark.parametrize("groups", [2, 4])
-def test_jackknife_bias_is_exact_for_a_one_over_n_bias(groups):
+@pytest.mark.parametrize("parts", [2, 4])
+def test_jackknife_bias_is_exact_for_a_one_over_n_bias(parts):
     # an estimator with bias 1/m (m = number of draws it saw) has bias 1/64 on 64 draws
     y = np.zeros((64, 1))
     bias = jackknife_bias(lambda m: y[~m].mean(axis=0) + 1.0 / (~m).sum(), np.arange(64), np.array([1.0 / 64]),
-                          groups)
+                          parts)
     np.testing.assert_allclose(bias, [1 / 64])
 
 

@@ -55,7 +55,7 @@ class Candidate:
     # for the block jackknife: the estimate without fold B is estimate - sum_B influence * resid
     influence: np.ndarray | None = None
     labels: np.ndarray | None = None
-    # (k,): delete-a-group jackknife estimate of the bias (``heldout.jackknife_bias``); None where
+    # (k,): delete-a-part jackknife estimate of the bias (``heldout.jackknife_bias``); None where
     # the method has none
     jackknife_bias: np.ndarray | None = None
     jackknife: np.ndarray | None = None  # (k,): block-jackknife se from refits, where no influence exists
@@ -169,7 +169,7 @@ def _assess(cand, i, sd_y, c, mcse, floor):
         se = max(se, se_jack)
     if vr <= 1.0:  # the held-out residuals say the fit lost to MC: its model se is not believed
         se = max(se, se_held)
-    # the fit's bias from what its draws do not show: the jackknife over groups of held-out blocks
+    # the fit's bias from what its draws do not show: the jackknife over parts of held-out blocks
     # (the cross-fit gap where it cannot be formed).  On exp(x0 / 2), d = 2, n = 200 the se covered
     # 67% without a bias term, 73% with the 10-fold cross-fit gap and 97% with the jackknife bias,
     # which on sin + cos (n = 100) costs an se 3.5x (CF) / 4.1x (SECF) the rmse (1.5x without)

@@ -18,7 +18,7 @@ them for the tail check.  Methods with no such form (lasso ZV-CVs, Meta-CVs)
 refit per fold through :func:`refit_residuals`.
 
 A fit biased by what its draws do not show (the tails an exp(x / 2) integrand lives in) is more
-biased on fewer draws.  :func:`jackknife_bias` deletes groups of folds (a quarter of the draws,
+biased on fewer draws.  :func:`jackknife_bias` deletes parts made of folds (a quarter of the draws,
 in closed form where the fit has one) with the same hyperparameters: how far that moves the
 estimate measures the bias where the held-out residuals, tiny wherever the draws are, do not
 (``finalize`` adds it to the se).
@@ -170,23 +170,21 @@ def split_parts(labels, parts):
     return [ids % parts == i for i in range(parts)]
 
 
-
-
-def jackknife_bias(fit_without, labels, full, groups=4):
-    """Delete-a-group jackknife estimate of the bias of the estimates: (g - 1) (mean over the g
-    groups of the fit without the group - ``full``), the groups made of alternate folds
+def jackknife_bias(fit_without, labels, full, parts=4):
+    """Delete-a-part jackknife estimate of the bias of the estimates: (g - 1) (mean over the g
+    ``parts`` of the fit without the part - ``full``), the parts made of alternate folds
     (:func:`split_parts`).  Exact for a bias proportional to 1/n; with g = 2 it is how far fits
     on half of the draws move the estimate.
 
     ``fit_without(mask)`` returns the estimates (shaped like ``full``) of the same method with the
     same hyperparameters fitted without the draws in ``mask``; if it raises ``ValueError`` or
-    ``LinAlgError`` (too few draws for the design) the estimate is NaN.  Four groups where deleting
+    ``LinAlgError`` (too few draws for the design) the estimate is NaN.  Four parts where deleting
     one is cheap (closed forms), two where each costs a refit.
     """
-    parts = split_parts(labels, groups)
-    if any(p.sum() < 1 or (~p).sum() < 2 for p in parts):
+    masks = split_parts(labels, parts)
+    if any(m.sum() < 1 or (~m).sum() < 2 for m in masks):
         return np.full_like(full, np.nan)
     try:
-        return (groups - 1) * (np.mean([fit_without(p) for p in parts], axis=0) - full)
+        return (parts - 1) * (np.mean([fit_without(m) for m in masks], axis=0) - full)
     except (ValueError, linalg.LinAlgError):
         return np.full_like(full, np.nan)

@@ -141,7 +141,7 @@ class ExactHeldout:
     resid: np.ndarray  # (N, k)
     z: np.ndarray  # (N, k)
     influence: np.ndarray  # (N,): beta_0 without block B is beta_0 - sum_B influence * resid
-    # (T, k): delete-a-group jackknife estimate of the intercepts' bias (``heldout.jackknife_bias``)
+    # (T, k): delete-a-part jackknife estimate of the intercepts' bias (``heldout.jackknife_bias``)
     jackknife_bias: np.ndarray | None = None
     predictor: object | None = None  # (X, S) -> (n, k): the zero-mean part (single task), on request
 

@@ -26,8 +26,8 @@ class CVResult:
     variance_reduction : (mc_se / se)^2, from held-out residuals; > 1 means the CV helped.
     se_reliable : False where a check of the inputs says the se may be too small: draws with heavy
         tails, scores that fail the Stein check, divergent transitions, too few draws per task.
-    jackknife_bias : delete-a-group jackknife estimate of the bias of the estimate (signed; 0 where
-        the MC mean is reported): (g - 1) x (mean of the fits without each of g groups of held-out
+    jackknife_bias : delete-a-part jackknife estimate of the bias of the estimate (signed; 0 where
+        the MC mean is reported): (g - 1) x (mean of the fits without each of g parts of held-out
         blocks - the fit), g = 4 (2 for fits that must be refitted).  |jackknife_bias| is part of
         ``se``; estimates combined linearly (thermodynamic integration) combine it signed, since a
         bias of one sign adds up.

@@ -339,9 +339,9 @@ def _run_shared(X, S, Y, plan, order, chain, rng):
         resid[te] = Y[te] - sub.zero_mean_part(X[te], S[te])
         z[te] = resid[te] / sub.predictive_sd(X[te], S[te])
     resid -= resid.mean(axis=0)
-    # two groups: each costs an eigendecomposition of the draws without it
+    # two parts: each costs an eigendecomposition of the draws without it
     bias = jackknife_bias(lambda m: fit_shared_draws(X[~m], S[~m], Y[~m], kern, B, nug_b, order).intercepts, labels,
-                          fit.intercepts, groups=2)
+                          fit.intercepts, parts=2)
     hyper = {"kernel": kern, "nugget": nug_b, "poly_order": order}
     return TaskFit(fit.intercepts, fit.intercept_se, [resid[:, t] for t in range(T)], [z[:, t] for t in range(T)], B,
                    hyper, bias)

@@ -112,8 +112,8 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
     def fit_without(m):
         return np.array([fit_zero_variance(X[~m], S[~m], Y[~m, j], order, pen, seed, cross)[0] for j in range(k)])
 
-    # two groups: each penalised refit cross-validates its penalty
-    bias = jackknife_bias(fit_without, labels, est, groups=2)
+    # two parts: each penalised refit cross-validates its penalty
+    bias = jackknife_bias(fit_without, labels, est, parts=2)
     return Candidate(name, est, resid, resid, None, {"order": order, "cross": cross, "penalty": pen},
                      jackknife_bias=bias, jackknife=jack,
                      predictor=_polynomial_predictor(order, gamma, cross) if keep_fit else None)

@@ -262,10 +262,10 @@ class MetaCV:
         halves = [_halves(y.size, c) for y, _, _, c in tasks]
         resid = [dict() for _ in tasks]
         for fit_h, apply_h in [(0, 1), (1, 0)] if crossfit else [(0, 1)]:
-            groups = {}
+            batches = {}
             for i in range(len(tasks)):
-                groups.setdefault((halves[i][fit_h].size, halves[i][apply_h].size), []).append(i)
-            for idx in groups.values():
+                batches.setdefault((halves[i][fit_h].size, halves[i][apply_h].size), []).append(i)
+            for idx in batches.values():
                 fit = [tuple(a[halves[i][fit_h]] for a in tasks[i][:3]) for i in idx]
                 app = [tuple(a[halves[i][apply_h]] for a in tasks[i][:3]) for i in idx]
                 stein = self._stein_after_adaptation(fit, app)

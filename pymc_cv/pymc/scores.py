@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
-from ..groups import SCORE, UNCONSTRAINED, with_cv_groups
+from ..idata_groups import SCORE, UNCONSTRAINED, with_cv_groups
 from ..progress import progress_bar
 from . import bambi
 

@@ -26,7 +26,7 @@ import numpy as np
 from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..evidence.rung_moments import RungArrays
-from ..groups import with_cv_groups
+from ..idata_groups import with_cv_groups
 from ..progress import progress_bar
 
 # PyStan and httpstan load inside the functions that use them: `import pymc_cv` stays cheap without them.

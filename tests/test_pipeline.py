@@ -1,0 +1,73 @@
+"""The pipeline every estimator runs (core/pipeline.py): what it marks, and where."""
+
+import numpy as np
+
+from pymc_cv.core import pipeline
+from pymc_cv.core.finalize import Candidate
+
+
+def _two_integrands(rng, n=400):
+    """Column 0 is a CV's easy case (f = x, known exactly by g = x); column 1 is noise."""
+    x = rng.normal(size=(n, 1))
+    Y = np.column_stack([x[:, 0], rng.normal(size=n)])
+    return x, Y
+
+
+def _exact_for_first_column(Y):
+    def solver(notes):
+        notes.append("solver ran")
+        resid = np.column_stack([1e-3 * np.ones(Y.shape[0]) * np.sign(np.arange(Y.shape[0]) % 2 - 0.5),
+                                 Y[:, 1] - Y[:, 1].mean()])
+        return [Candidate("exact", np.array([0.0, Y[:, 1].mean()]), resid, resid)]
+    return solver
+
+
+def test_a_cv_only_finding_marks_the_rows_with_a_cv_estimate_and_none_other():
+    rng = np.random.default_rng(0)
+    x, Y = _two_integrands(rng)
+    findings = [pipeline.Finding("heavy tails", slice(None), cv_only=True)]
+    res = pipeline.run(Y, None, _exact_for_first_column(Y), findings)
+    assert list(res.method) == ["exact", "mc"]
+    assert list(res.se_reliable) == [False, True]
+    assert res.notes[0] == "heavy tails" and "solver ran" in res.notes
+
+
+def test_findings_read_in_order_and_mark_their_rows():
+    rng = np.random.default_rng(1)
+    x, Y = _two_integrands(rng)
+    findings = [pipeline.Finding("first", 1), pipeline.Finding("second", slice(None), cv_only=True)]
+    res = pipeline.run(Y, None, _exact_for_first_column(Y), findings)
+    assert res.notes[:2] == ["first", "second"]
+    assert list(res.se_reliable) == [False, False]
+
+
+def test_chains_that_disagree_are_marked_on_their_row_only():
+    rng = np.random.default_rng(2)
+    x, Y = _two_integrands(rng)
+    chain = np.repeat([0, 1], 200)
+    Y[chain == 1, 1] += 3.0  # the second integrand's chains sit apart
+    res = pipeline.run(Y, chain, _exact_for_first_column(Y))
+    assert list(res.se_reliable) == [True, False]
+    assert res.notes[0].startswith("integrand 1: its chains disagree")
+
+
+def test_scores_of_another_target_are_an_error_and_a_mild_mismatch_a_finding():
+    import pytest
+
+    from pymc_cv.core.score_check import ScoreMismatchError
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2000, 2))
+    with pytest.raises(ScoreMismatchError, match="for task 4"):
+        pipeline.check_scores([pipeline.Target(x, x, None, rows=4, label="task 4")])  # wrong sign
+    assert pipeline.check_scores([pipeline.Target(x, -x, None)]) == []
+    tails = pipeline.check_tails([pipeline.Target(rng.standard_t(2, size=(2000, 1)), None, None, rows=1,
+                                                  label="task 1")])
+    assert len(tails) == 1 and tails[0].rows == 1 and tails[0].cv_only and tails[0].note.startswith("task 1: ")
+
+
+def test_squeeze_gives_scalars_and_the_one_fit():
+    rng = np.random.default_rng(4)
+    x, Y = _two_integrands(rng)
+    res = pipeline.squeeze(pipeline.run(Y[:, :1], None, _exact_for_first_column(np.column_stack([Y[:, 0], Y[:, 0]]))))
+    assert np.ndim(res.estimate) == 0 and res.method == "exact"
