@@ -79,7 +79,26 @@ def test_nystrom_with_every_draw_inducing_is_the_exact_fit():
     assert design_matrix(x, s, tau, 1, 1).shape == (40, 3)
 
 
-def test_large_n_switches_to_inducing_points_says_so_and_stays_accurate():
+def test_few_dimensions_fit_on_a_low_rank_factor_that_is_the_exact_fit(monkeypatch):
+    from pymc_cv.core import kernel_cv
+
+    x, s = _draws(3000, seed=5)
+    F = np.column_stack([np.sin(x[:, 0]) + np.cos(x[:, 1]), np.exp(0.3 * x[:, 0])])
+    chain = np.repeat([0, 1, 2], 1000)
+    res = pymc_cv.cv_estimate(F, x, s, method="cf", chain=chain)
+    assert any("rank-" in n and "factor" in n for n in res.notes)
+    monkeypatch.setattr(kernel_cv, "_FACTOR_MIN_N", 10**9)
+    exact = pymc_cv.cv_estimate(F, x, s, method="cf", chain=chain)
+    assert not any("factor" in n for n in exact.notes)
+    np.testing.assert_allclose(res.estimate, exact.estimate, atol=0.05 * exact.se.min())
+    np.testing.assert_allclose(res.se, exact.se, rtol=0.05)
+    np.testing.assert_allclose(res.jackknife_bias, exact.jackknife_bias, atol=0.05 * exact.se.min())
+
+
+def test_large_n_switches_to_inducing_points_says_so_and_stays_accurate(monkeypatch):
+    from pymc_cv.core import kernel_cv
+
+    monkeypatch.setattr(kernel_cv, "_FACTOR_MIN_N", 10**9)  # as in many dimensions, where no factor is small
     x, s = _draws(6000, seed=3)
     f = np.sin(x[:, 0]) + np.cos(x[:, 1])
     res = pymc_cv.cv_estimate(f, x, s, method="cf", exact_max_n=2000)

@@ -59,3 +59,36 @@ def test_cholesky_without_jitter_refuses_a_singular_matrix():
         cholesky_jitter(C, max_tries=1)
     L, jitter = cholesky_jitter(C)
     assert jitter > 0 and np.all(np.isfinite(L))
+
+
+def test_low_rank_inverse_is_the_dense_inverse_with_a_per_draw_nugget():
+    from pymc_cv.core.low_rank import LowRankInverse
+
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(60, 7))
+    nugget = rng.uniform(0.5, 2.0, size=60)
+    dense = np.linalg.inv(F @ F.T + np.diag(nugget))
+    inv = LowRankInverse(F, nugget)
+    B = rng.normal(size=(60, 3))
+    np.testing.assert_allclose(inv.solve(B), dense @ B, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(inv.diag(), np.diag(dense), rtol=1e-10)
+    idx = np.array([3, 10, 11, 40])
+    np.testing.assert_allclose(inv.block(idx), dense[np.ix_(idx, idx)], rtol=1e-10, atol=1e-12)
+    idx = np.arange(0, 60, 2)  # a large block: the Woodbury solve against the dense one
+    W, V = rng.normal(size=(idx.size, 2)), rng.normal(size=(idx.size, 2))
+    rhs = rng.normal(size=(idx.size, 3))
+    np.testing.assert_allclose(inv.solve_block_update(idx, W, V, rhs),
+                               np.linalg.solve(dense[np.ix_(idx, idx)] - W @ V.T, rhs), rtol=1e-8, atol=1e-10)
+
+
+def test_pivoted_factor_reaches_its_tolerance_or_says_it_cannot():
+    from pymc_cv.core.low_rank import pivoted_factor
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 1))
+    K = np.exp(-0.5 * (x - x.T) ** 2)  # smooth in one dimension: numerically low rank
+    fac = pivoted_factor(np.diag(K), lambda idx: K[:, idx].copy(), 1e-8, 200, rng)
+    assert fac is not None and fac.F.shape[1] < 60
+    assert np.max(np.diag(K - fac.F @ fac.F.T)) <= 1e-8
+    assert np.max(np.abs(K - fac.F @ fac.F.T)) <= 1e-8  # PSD residual: off-diagonals below the diagonal
+    assert pivoted_factor(np.ones(400), lambda idx: np.eye(400)[:, idx], 1e-8, 50, rng) is None  # full rank

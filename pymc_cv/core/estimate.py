@@ -25,7 +25,7 @@ from ..cluster import check_client
 from . import pipeline
 from .finalize import Candidate
 from .heldout import fold_labels, repeated_draws
-from .kernel_cv import design_matrix, fit_exact_heldout
+from .kernel_cv import design_matrix, fit_exact_heldout, low_rank_factor
 from .kernels import KERNEL_NAMES, make_kernel
 from .linalg import loo_residuals, restricted_loglik
 from .nystrom import choose_inducing
@@ -167,13 +167,22 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
 
 def _fit_with(spec, problem, cols, opts, rng, notes, weights):
     """The kernel fits of ``spec`` on ``problem`` (the columns ``cols`` of the integrands) as candidates:
-    exact up to ``exact_max_n`` draws, with inducing points above."""
+    on a low-rank factor of the kernel matrix where one equals it to within a tenth of the nugget
+    (``low_rank``; few dimensions), else exact up to ``exact_max_n`` draws, with inducing points above."""
     n = problem.X.shape[0]
     info = {"kernel": spec.kernel, "nugget": spec.nugget}
-    if n <= opts.exact_max_n:
-        spec = spec if weights is None else spec._replace(nugget=spec.nugget / weights)
+    if weights is not None:  # repeated draws: one point each, with nugget / multiplicity
+        spec = spec._replace(nugget=spec.nugget / weights)
+    # features kept on a cluster take the inducing-point path
+    factor = low_rank_factor(problem, spec, opts.exact_max_n, rng) if opts.client is None else None
+    fits = None if factor is None else fit_exact_heldout(problem, spec, keep_fit=opts.return_fit, factor=factor)
+    suffix = ""
+    if fits is not None:
+        info["rank"] = fits[0].rank
+        notes.append(f"kernel CVs ({'SECF' if spec.orders[0] else 'CF'}) fitted on a rank-{fits[0].rank} factor "
+                     f"of the {n} x {n} kernel matrix, equal to it within a tenth of the nugget: the exact fit.")
+    elif n <= opts.exact_max_n:
         fits = fit_exact_heldout(problem, spec, keep_fit=opts.return_fit)
-        suffix = ""
     else:
         choice = choose_inducing(problem, spec, rng, client=opts.client, keep_fit=opts.return_fit)
         fits = choice.fits

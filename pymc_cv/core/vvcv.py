@@ -25,7 +25,7 @@ from . import pipeline
 from .external import cluster_nystrom
 from .finalize import Candidate
 from .heldout import fold_labels, jackknife_bias
-from .kernel_cv import fit_exact_heldout
+from .kernel_cv import fit_exact_heldout, low_rank_factor
 from .kernels import KERNEL_NAMES, make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
 from .nystrom import fit_nystrom_heldout
@@ -374,7 +374,9 @@ def _run_general(problem, plan, order, solver, opts, rng):
         else:
             fit = cluster_nystrom()(problem, spec, ind, check_client(opts.client))[0]
     else:
-        fit = fit_exact_heldout(problem, spec)[0]
+        factor = low_rank_factor(problem, spec, opts.exact_max_n, rng)
+        fits = None if factor is None else fit_exact_heldout(problem, spec, factor=factor)
+        fit = (fits or fit_exact_heldout(problem, spec))[0]
     r, z = fit.resid[:, 0], fit.z[:, 0]
     resid = [r[tau == t] for t in range(T)]
     zs = [z[tau == t] for t in range(T)]
