@@ -3,10 +3,11 @@
 The k integrands share the draws and scores, so the work is shared too:
 
 1. zero-variance CVs (ZV-1, ZV-2): one least-squares fit for all integrands;
-2. kernel CVs (CF, SEMI-exact CF): hyperparameters tuned once, by REML summed over (up to 20
-   of) the integrands, on a subset of the draws; one factorisation of the kernel matrix serves
-   both designs and all integrands; above ``exact_max_n`` draws, inducing points (``nystrom``),
-   their number chosen by the held-out error;
+2. kernel CVs (CF, SEMI-exact CF): hyperparameters tuned by REML summed over (up to 20 of) the
+   integrands, on a subset of the draws; one factorisation of the kernel matrix serves all
+   integrands: a low-rank factor where one equals the matrix to a tenth of the nugget (few
+   dimensions: ``low_rank``, O(N M^2)), else the exact N x N Cholesky up to ``exact_max_n`` draws,
+   else inducing points (``nystrom``), their number chosen by the held-out error;
 3. every candidate's held-out residuals come in closed form from its one fit (``heldout``), and
    ``finalize`` picks per integrand, reports the se and says when no CV helped.
 
@@ -342,7 +343,9 @@ def cv_estimate(
         Hyperparameters are tuned on a random subset of at most this many draws; "auto": 30%
         of them, at least 150 and at most 400.
     exact_max_n : int
-        Above this many draws kernel CVs use inducing points (O(n M) memory), said in the notes.
+        Kernel CVs are fitted on a low-rank factor of the kernel matrix wherever one equals it to a
+        tenth of the nugget (few dimensions; the notes give its rank), else exactly up to this many
+        draws and with inducing points above (O(n M) memory), said in the notes.
     kernel_max_dim : int
         ``method="auto"`` fits no kernel CV above this many parameters (ZV-CVs or MC only).
     random_seed : int

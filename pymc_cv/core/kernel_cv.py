@@ -268,7 +268,7 @@ _FACTOR_TOL = 0.1
 # below this many draws the exact fit takes a few hundredths of a second: no factor is tried
 _FACTOR_MIN_N = 1000
 # memory for a factor above exact_max_n draws (N x M doubles)
-_FACTOR_BYTES = 1e9
+_FACTOR_BYTES = 2.5e8
 
 
 def low_rank_factor(problem, spec, exact_max_n, rng):
