@@ -148,14 +148,21 @@ def test_metacv_tasks_on_the_cluster_give_the_serial_estimates(client):
 
 
 
-def test_large_n_kernel_cv_with_its_features_on_the_workers(client):
+def test_large_n_kernel_cv_with_its_features_on_the_workers(client, monkeypatch):
     """Above exact_max_n the inducing-point features live on the workers (a dask array): the same
-    estimates as the local fit, to far below their se, and close to the truth."""
+    estimates as the local fit, to far below their se, and close to the truth.  Where a low-rank
+    factor of the kernel matrix exists (two dimensions), it is fitted here, client or not."""
+    from pymc_cv.core import kernel_cv
+
     rng = np.random.default_rng(5)
     x = rng.normal(size=(1500, 2))
     f = np.column_stack([x[:, 0] ** 2 + np.sin(x[:, 1]), np.cos(x[:, 0])])  # E = 1, exp(-1/2)
     chain = np.repeat([0, 1], 750)
     kw = dict(method="cf", chain=chain, exact_max_n=600, random_seed=2)
+    factored = pymc_cv.cv_estimate(f, x, -x, **kw)
+    assert list(factored.method) == ["cf"] * 2 and any("factor" in n for n in factored.notes)
+    np.testing.assert_array_equal(pymc_cv.cv_estimate(f, x, -x, client=client, **kw).estimate, factored.estimate)
+    monkeypatch.setattr(kernel_cv, "_FACTOR_MIN_N", 10**9)  # as in many dimensions, where no factor is small
     here = pymc_cv.cv_estimate(f, x, -x, **kw)
     there = pymc_cv.cv_estimate(f, x, -x, client=client, **kw)
     assert list(there.method) == list(here.method) == ["cf-nystrom"] * 2
