@@ -6,20 +6,30 @@
   same variables and shapes.
 
 PyMC's ``compute_scores`` and the Stan converters both write these two groups, so everything
-downstream works for either.  Groups are read and written through :mod:`pymc_cv.compat`, so
+downstream works for either.  A sampler that kept its own unconstrained draws and gradients
+(nutpie's ``store_unconstrained=True, store_gradient=True``) gives them without evaluating the
+model again: :func:`with_stored_scores`.  Groups are read and written through :mod:`pymc_cv.compat`, so
 an ArviZ 0.x ``InferenceData`` and an ArviZ 1 ``DataTree`` both work and come back as they were.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from . import compat
 
-__all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels"]
+__all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels",
+           "has_stored_scores", "with_stored_scores"]
 
 UNCONSTRAINED = "unconstrained_posterior"
 SCORE = "score"
+
+# nutpie's record in sample_stats: the point of each draw on the unconstrained space and the
+# gradient of the log density it sampled there, one column per coordinate of that space
+_STORED_DRAW, _STORED_GRADIENT, _STORED_DIM = "unconstrained_draw", "gradient", "unconstrained_parameter"
+STORED_BACKEND = "the sampler's stored gradients (nutpie's store_gradient=True)"
 
 
 def with_cv_groups(idata, unconstrained, scores, dims=None, coords=None, attrs=None):
@@ -71,3 +81,109 @@ def coordinate_labels(idata):
         shape = unc[name].transpose("chain", "draw", ...).shape[2:]
         labels += [name] if not shape else [f"{name}[{', '.join(map(str, i))}]" for i in np.ndindex(*shape)]
     return labels
+
+
+def has_stored_scores(idata):
+    """True when the sampler kept its unconstrained draws and gradients in ``sample_stats``."""
+    if "sample_stats" not in compat.group_names(idata):
+        return False
+    stats = compat.group(idata, "sample_stats")
+    return all(k in stats.data_vars and _STORED_DIM in stats[k].dims for k in (_STORED_DRAW, _STORED_GRADIENT))
+
+
+def stored_labels(idata):
+    """The sampler's name of every coordinate of the unconstrained space (nutpie: ``mu_0``, ``L_1.0``)."""
+    return [str(v) for v in compat.group(idata, "sample_stats")[_STORED_DIM].values]
+
+
+def with_stored_scores(idata, layout=None, dims=None, coords=None):
+    """A new InferenceData / DataTree with the CV groups taken from the sampler's own record.
+
+    Parameters
+    ----------
+    idata : InferenceData or DataTree
+        With ``sample_stats.unconstrained_draw`` and ``sample_stats.gradient`` (nutpie with
+        ``store_unconstrained=True, store_gradient=True``), the draws of ``posterior``.
+    layout : sequence of (name, shape), optional
+        How the columns split into variables (a PyMC model's value variables, in order).  Without
+        it, runs of columns named as the sampler names a posterior variable's elements are that
+        variable (with its dims), and any other column is a scalar variable of its own name.
+    dims, coords : dict, optional
+        The variables' dims and coords, as for ArviZ's ``dict_to_dataset`` (with ``layout``).
+
+    Returns
+    -------
+    InferenceData or DataTree
+        ``idata``'s groups plus ``unconstrained_posterior`` and ``score``, whose attribute
+        ``score_backend`` says where the scores came from.
+    """
+    post = compat.group(idata, "posterior")
+    stats = compat.group(idata, "sample_stats")
+    try:  # the posterior may have been subset after sampling: keep its draws, in its order
+        stats = stats.sel(chain=post["chain"].values, draw=post["draw"].values)
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError("The sampler's stored draws (sample_stats) do not cover the posterior's chains and "
+                         "draws; subset sample_stats with the posterior, or compute the scores with "
+                         "pymc_cv.compute_scores(idata, model).") from err
+    draws = np.asarray(stats[_STORED_DRAW].transpose("chain", "draw", _STORED_DIM).values, dtype=float)
+    grads = np.asarray(stats[_STORED_GRADIENT].transpose("chain", "draw", _STORED_DIM).values, dtype=float)
+    if layout is None:
+        layout, dims = _layout_of_posterior(stored_labels(idata), post)
+        coords = {d: post[d].values for names in dims.values() for d in names if d in post.coords}
+    sizes = [int(np.prod(shape, dtype=int)) for _, shape in layout]
+    if sum(sizes) != draws.shape[2]:
+        raise ValueError(f"The sampler stored {draws.shape[2]} unconstrained coordinates but the model has "
+                         f"{sum(sizes)}; the draws are of another model.")
+    unconstrained, scores = {}, {}
+    start = 0
+    for (name, shape), size in zip(layout, sizes):
+        cols = slice(start, start + size)
+        unconstrained[name] = draws[:, :, cols].reshape(draws.shape[:2] + tuple(shape))
+        scores[name] = grads[:, :, cols].reshape(draws.shape[:2] + tuple(shape))
+        start += size
+    return with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords,
+                          attrs={"score_backend": STORED_BACKEND})
+
+
+def stored_names(name, shape):
+    """The names nutpie gives the unconstrained coordinates of a variable: ``mu`` for a scalar,
+    ``beta_0``, ``L_1.0`` for the elements of an array (C order)."""
+    shape = tuple(int(k) for k in shape)
+    return [name] if not shape else [f"{name}_{'.'.join(map(str, i))}" for i in np.ndindex(*shape)]
+
+
+def _layout_of_posterior(labels, post):
+    """(name, shape) per variable of the stored columns, and the dims of those found in the posterior."""
+    shapes = {name: tuple(post[name].transpose("chain", "draw", ...).shape[2:]) for name in post.data_vars}
+    layout, dims, i = [], {}, 0
+    while i < len(labels):
+        for name, shape in shapes.items():
+            names = stored_names(name, shape)
+            if labels[i:i + len(names)] == names:
+                layout.append((name, shape))
+                dims[name] = [d for d in post[name].transpose("chain", "draw", ...).dims[2:]]
+                i += len(names)
+                break
+        else:  # not in the posterior (a value variable): an array when the names enumerate one
+            name, shape = _array_named_at(labels, i)
+            layout.append((name, shape))
+            i += len(stored_names(name, shape))
+    return layout, dims
+
+
+def _array_named_at(labels, i):
+    """(name, shape) of the array whose element names start at ``labels[i]``, or the scalar ``labels[i]``."""
+    match = re.fullmatch(r"(.+)_(\d+(?:\.\d+)*)", labels[i])
+    if match is None:
+        return labels[i], ()
+    name, arity = match.group(1), match.group(2).count(".") + 1
+    run = []
+    for label in labels[i:]:
+        m = re.fullmatch(re.escape(name) + r"_(\d+(?:\.\d+)*)", label)
+        if m is None or m.group(1).count(".") + 1 != arity:
+            break
+        run.append(tuple(int(k) for k in m.group(1).split(".")))
+    shape = tuple(int(k) + 1 for k in np.max(run, axis=0))
+    if labels[i:i + len(run)] != stored_names(name, shape):
+        return labels[i], ()
+    return name, shape

@@ -18,7 +18,14 @@ from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_
 from .core.score_check import apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
 from .core.standard_errors import mcse_mean
-from .idata_groups import SCORE, UNCONSTRAINED, coordinate_labels, stacked_draws_and_scores
+from .idata_groups import (
+    SCORE,
+    UNCONSTRAINED,
+    coordinate_labels,
+    has_stored_scores,
+    stacked_draws_and_scores,
+    with_stored_scores,
+)
 from .metacv import MetaCV
 from .progress import progress_bar
 from .pymc.bambi import is_bambi_model, pymc_model
@@ -260,7 +267,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     ----------
     data : arviz.InferenceData
         Posterior draws; with the ``unconstrained_posterior`` and ``score`` groups (from
-        :func:`compute_scores` or a Stan converter), or ``model`` to compute them.
+        :func:`compute_scores` or a Stan converter), or ``model`` to compute them.  Draws from
+        nutpie with ``store_unconstrained=True, store_gradient=True`` carry the sampler's own
+        scores, which are used as they are (no ``model`` needed, nothing compiled).
     var_names : str or list of str, optional
         Posterior variables (free, transformed or deterministic) to summarise; every element
         of a vector/matrix variable is a row.  Default: all of them, unless ``integrands``.
@@ -361,7 +370,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         interval bounds plain with ``tasks`` and task groups fitted jointly (``"vvcv"``, ``"metacv"``).
         ``table.attrs["cv_results"]`` maps each row to its ``(CVResult, index)``, for
         :func:`pymc_cv.plots.plot_cv_fit`; ``table.attrs["notes"]`` holds what concerns every row
-        (divergences, the score check), also issued as warnings, and why a row's sd fell back.
+        (divergences, the score check), also issued as warnings, and why a row's sd fell back;
+        ``table.attrs["score_backend"]`` where the scores came from (the PyMC model's compiled
+        gradient, Stan, or the sampler's stored gradients).
 
     Examples
     --------
@@ -418,6 +429,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         records, row_notes = _with_convergence(records, every_row, results, divergent)
         flagged = {"all": flagged, "rows": row_notes}
     table = _table(records, results, flagged, kind, round_to, ci_prob, cv_interval)
+    table.attrs["score_backend"] = compat.group(idata, SCORE).attrs.get("score_backend", "not recorded")
     return (table, dict(results)) if return_results else table
 
 
@@ -459,8 +471,15 @@ def _with_scores(idata, model, progressbar, compile_kwargs=None, check_logp=True
                           f"and '{SCORE}'), and those are used.", UserWarning, stacklevel=3)
         return idata
     if model is None:
+        if has_stored_scores(idata):
+            if compile_kwargs is not None:
+                warnings.warn("compile_kwargs= not used: the sampler's stored gradients are used and nothing is "
+                              "compiled.", UserWarning, stacklevel=3)
+            return with_stored_scores(idata)
         stacked_draws_and_scores(idata)  # raises, saying how to get the scores
-
+    elif compile_kwargs is not None and has_stored_scores(idata):
+        warnings.warn("compile_kwargs= not used: the sampler's stored gradients are used and nothing is compiled.",
+                      UserWarning, stacklevel=3)
     return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar,
                           compile_kwargs=compile_kwargs, check_logp=check_logp)
 

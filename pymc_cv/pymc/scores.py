@@ -17,7 +17,15 @@ import numpy as np
 
 from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
-from ..idata_groups import SCORE, UNCONSTRAINED, with_cv_groups
+from ..idata_groups import (
+    SCORE,
+    UNCONSTRAINED,
+    has_stored_scores,
+    stored_labels,
+    stored_names,
+    with_cv_groups,
+    with_stored_scores,
+)
 from ..progress import progress_bar
 from . import bambi
 
@@ -172,7 +180,7 @@ def _flat(post, name, n):
 
 
 def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=True, compile_kwargs=None,
-                   check_logp=True):
+                   check_logp=True, stored_gradients=True):
     """Add the unconstrained draws and the scores of ``model`` at every posterior draw.
 
     Parameters
@@ -197,6 +205,12 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         :class:`~pymc_cv.core.density_check.DrawsModelMismatchError` naming the likely cause
         (draws rewritten after sampling, another model with the same variable names, other
         data).  Without such a record the Stein check of ``summary`` is the guard.
+    stored_gradients : bool
+        When the sampler kept its unconstrained draws and gradients (nutpie's
+        ``store_unconstrained=True, store_gradient=True``, also through ``pm.sample(nuts_sampler=
+        "nutpie", nuts_sampler_kwargs=...)``), use them: nothing is compiled or evaluated, and the
+        groups' attribute ``score_backend`` says so.  They are the sampler's own, so there is no
+        recorded density to compare (``check_logp`` does not apply).  False evaluates the model.
 
     Returns
     -------
@@ -226,6 +240,11 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     if not compat.is_inference_data(idata) or "posterior" not in compat.group_names(idata):
         raise ValueError("idata has no 'posterior' group; pass the InferenceData (DataTree on ArviZ 1) returned "
                          "by pm.sample().")
+    if stored_gradients and has_stored_scores(idata):
+        new = _stored_scores(idata, model)
+        if not extend_inferencedata:
+            return new
+        return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
     _check_same_data(idata, model)
     post = compat.group(idata, "posterior")
     if bmb is not None:
@@ -275,10 +294,26 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
             stacklevel=2,
         )
     dims, coords = dims_and_coords(model, shapes)
-    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords)
+    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords,
+                         attrs={"score_backend": "pymc (the model's compiled gradient)"})
     if not extend_inferencedata:
         return new
     return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
+
+
+def _stored_scores(idata, model):
+    """The CV groups from the sampler's stored draws and gradients, split into ``model``'s value variables."""
+    shapes = model.eval_rv_shapes()
+    want = [lab for v in model.value_vars for lab in stored_names(v.name, shapes[v.name])]
+    have = stored_labels(idata)
+    if want != have:
+        raise ValueError(
+            f"The sampler stored the unconstrained coordinates {have[:8]}{' ...' if len(have) > 8 else ''}, but "
+            f"model= has {want[:8]}{' ...' if len(want) > 8 else ''}: the draws are of another model. Pass the "
+            "model that was sampled, or stored_gradients=False to evaluate this one.")
+    layout = [(v.name, tuple(int(k) for k in shapes[v.name])) for v in model.value_vars]
+    dims, coords = dims_and_coords(model, shapes)
+    return with_stored_scores(idata, layout, dims=dims, coords=coords)
 
 
 def _evaluate(score_fn, batched, vals, value_vars, shapes):
