@@ -257,8 +257,14 @@ def fit_exact_heldout(problem, spec, keep_fit=False, factor=None):
 def _well_conditioned(M, limit=1e12):
     """P' A^-1 P far enough from singular that a factor's small error in A cannot move the fit
     (semi-exact CFs on posteriordb regressions: condition numbers 5e10-1e11, estimates within 0.07
-    se of the exact fit's; a singular design under a learned task matrix: 1e15, one eigenvalue < 0)."""
-    w = np.linalg.eigvalsh(0.5 * (M + M.T))
+    se of the exact fit's; a singular design under a learned task matrix: 1e15, one eigenvalue < 0).
+    Measured with the columns scaled to a unit diagonal: the scale of a column does not change the
+    fit (a censored-normal mean, d = 1: 6e12 as it stands, 1.6 scaled)."""
+    d = np.diag(M)
+    if np.any(d <= 0):
+        return False
+    scaled = M / np.sqrt(np.outer(d, d))
+    w = np.linalg.eigvalsh(0.5 * (scaled + scaled.T))
     return w[0] > 0 and w[-1] / w[0] < limit
 
 
