@@ -149,7 +149,7 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
     orders = ([0] if "cf" in names else []) + ([order] if "secf" in names and order > 0 else [])
     if not orders:  # SECF without room for polynomials is the CF
         orders = [0]
-    n_tune = tune_points(opts.max_tune_points, n)
+    n_tune = tune_points(opts.max_tune_points, n, d)
     idx = subsample_per_task(np.zeros(n, dtype=int), 1, n_tune, rng)
     pool = cols if opts.tune_columns is None else np.intersect1d(cols, opts.tune_columns)
     pool = pool if pool.size else cols
@@ -341,7 +341,7 @@ def cv_estimate(
         Contiguous held-out blocks per chain for MCMC draws (at least 2).
     max_tune_points : int or "auto"
         Hyperparameters are tuned on a random subset of at most this many draws; "auto": 30%
-        of them, at least 150 and at most 400.
+        of them, at least 150 and at most 400 (200 in one dimension, 300 in two).
     exact_max_n : int
         Kernel CVs are fitted on a low-rank factor of the kernel matrix wherever one equals it to a
         tenth of the nugget (few dimensions; the notes give its rank), else exactly up to this many

@@ -48,13 +48,18 @@ class Hyperparameters:
 # draws took 500x one Cholesky of the full system; on 150 it takes ~30x, with the same Borehole
 # errors (bench/borehole.py: 0.0118 at m = 50, 100, 150 either way) and 4x less time.
 _AUTO_TUNE = (0.3, 150, 400)
+# a kernel's few hyperparameters in one or two dimensions are pinned down by fewer draws:
+# at most 100 (d + 1) of them
+_AUTO_TUNE_PER_DIM = 100
 
 
-def tune_points(max_points, N):
+def tune_points(max_points, N, d=None):
     """The number of draws hyperparameters are tuned on, from ``max_tune_points`` (checked by
-    ``validation.check_tune_points``) and N."""
+    ``validation.check_tune_points``), N and (for "auto") the dimension d."""
     if max_points == "auto":
         frac, lo, hi = _AUTO_TUNE
+        if d is not None:
+            hi = min(hi, _AUTO_TUNE_PER_DIM * (d + 1))
         return int(min(N, max(lo, min(hi, round(frac * N)))))
     return int(max_points)
 
