@@ -5,6 +5,8 @@ summary / pm.sample, the methods chosen, median and worst |CV error| / |MCMC err
 exact reference (bench/workload_models.py), and 2-se coverage of the CV estimates; the same for the
 sd (cv_sd against the reference's posterior sd), and the median cv_ess / ess_bulk.  Rows whose
 MCMC error is within 3 reference se are not used for the error ratios (the reference cannot tell).
+With nutpie installed, a second table: each model sampled by nutpie (compilation timed apart) with
+its stored gradients, and summary on those draws against nutpie's sampling time.
 
 Usage: python bench/workloads.py [draws] [model ...]     (draws per chain, default 1000; 4 chains)
        REF_FACTOR=k: the long-run reference (stochastic volatility) has k x draws per chain (default 10)
@@ -27,6 +29,12 @@ import pymc as pm  # noqa: E402
 import pymc_cv  # noqa: E402
 import workload_models as wm  # noqa: E402
 
+try:
+    import nutpie  # noqa: F401
+    _HAVE_NUTPIE = True
+except ImportError:
+    _HAVE_NUTPIE = False
+
 MODELS = ["eight_schools", "logistic_regression", "varying_intercepts", "gp_regression", "stochastic_volatility"]
 
 
@@ -40,25 +48,8 @@ def _long_run_reference(model, draws):
                   float(m.loc[lab, "mcse_sd"])) for lab in s.index}
 
 
-def run(name, draws):
-    model, integrands, ref = getattr(wm, name)()
-    with model:
-        t0 = time.perf_counter()
-        idata = pm.sample(draws, tune=1000, chains=4, random_seed=1, progressbar=False)
-        t_sample = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    idata = pymc_cv.compute_scores(idata, model, progressbar=False)
-    t_scores = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    table = pymc_cv.summary(idata, integrands=integrands,
-                            var_names=None if integrands is None else list(idata.posterior.data_vars),
-                            progressbar=False)
-    t_summary = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    az.summary(idata)
-    t_az = time.perf_counter() - t0
-    if ref is None:
-        ref = _long_run_reference(model, int(os.environ.get("REF_FACTOR", 10)) * draws)
+def _accuracy(table, ref):
+    """Error ratios and coverage of the mean and the sd against the reference."""
     ratios, covered, told = [], [], 0
     sd_ratios, sd_covered = [], []
     for lab in table.index:
@@ -79,16 +70,63 @@ def run(name, draws):
             sd_ratios.append(cv_sd_err / mc_sd_err)
     ess = (table["cv_ess"] / table["ess_bulk"]).to_numpy(dtype=float)
     ess = ess[np.isfinite(ess)]
-    d = sum(int(np.prod(v.shape[2:])) for v in idata["score"].data_vars.values())
-    methods = table["method"].value_counts().to_dict()
     return {
-        "model": name, "d": d, "rows": len(table), "sample": t_sample, "scores": t_scores, "summary": t_summary,
-        "az": t_az, "methods": methods, "median": np.median(ratios) if ratios else np.nan,
-        "worst": np.max(ratios) if ratios else np.nan, "told": told, "coverage": np.mean(covered),
-        "vr_median": float(np.median(table["variance_reduction"])),
+        "median": np.median(ratios) if ratios else np.nan, "worst": np.max(ratios) if ratios else np.nan,
+        "told": told, "coverage": np.mean(covered),
         "sd_median": np.median(sd_ratios) if sd_ratios else np.nan, "sd_told": len(sd_ratios),
         "sd_coverage": np.mean(sd_covered) if sd_covered else np.nan,
         "cv_ess_ratio": float(np.median(ess)) if ess.size else np.nan,
+    }
+
+
+def _summary(idata, integrands):
+    return pymc_cv.summary(idata, integrands=integrands,
+                           var_names=None if integrands is None else list(idata.posterior.data_vars),
+                           progressbar=False)
+
+
+def _with_nutpie(model, integrands, draws, ref):
+    """nutpie's compilation and sampling (apart), and summary on its draws with its stored gradients."""
+    import nutpie
+
+    t0 = time.perf_counter()
+    compiled = nutpie.compile_pymc_model(model)
+    t_compile = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    idata = nutpie.sample(compiled, draws=draws, tune=1000, chains=4, seed=1, progress_bar=False,
+                          store_unconstrained=True, store_gradient=True)
+    t_sample = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    table = _summary(idata, integrands)
+    t_summary = time.perf_counter() - t0
+    return {"compile": t_compile, "sample": t_sample, "summary": t_summary, "backend": table.attrs["score_backend"],
+            **_accuracy(table, ref)}
+
+
+def run(name, draws):
+    model, integrands, ref = getattr(wm, name)()
+    with model:
+        t0 = time.perf_counter()
+        idata = pm.sample(draws, tune=1000, chains=4, random_seed=1, progressbar=False)
+        t_sample = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    idata = pymc_cv.compute_scores(idata, model, progressbar=False)
+    t_scores = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    table = _summary(idata, integrands)
+    t_summary = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    az.summary(idata)
+    t_az = time.perf_counter() - t0
+    if ref is None:
+        ref = _long_run_reference(model, int(os.environ.get("REF_FACTOR", 10)) * draws)
+    d = sum(int(np.prod(v.shape[2:])) for v in idata["score"].data_vars.values())
+    methods = table["method"].value_counts().to_dict()
+    nutpie_run = _with_nutpie(model, integrands, draws, ref) if _HAVE_NUTPIE else None
+    return {
+        "model": name, "d": d, "rows": len(table), "sample": t_sample, "scores": t_scores, "summary": t_summary,
+        "az": t_az, "methods": methods, "vr_median": float(np.median(table["variance_reduction"])),
+        **_accuracy(table, ref), "nutpie": nutpie_run,
     }
 
 
@@ -108,6 +146,19 @@ def main():
               f"| {r['az']:.2f} | {r['summary'] / r['sample']:.2f} | {meth} | {r['median']:.3f} | {r['worst']:.3f} "
               f"| {r['told']} | {r['coverage']:.0%} | {r['sd_median']:.3g} | {r['sd_coverage']:.0%} "
               f"| {r['cv_ess_ratio']:.3g} |")
+    if not _HAVE_NUTPIE:
+        print("\nnutpie is not installed: no nutpie table")
+        return
+    print(f"\nnutpie (store_unconstrained=True, store_gradient=True), 4 chains x {draws} draws (tune 1000); summary "
+          "on its draws with the sampler's stored gradients (nothing compiled by pymc-cv)\n")
+    print("| model | nutpie compile s | nutpie sample s | summary s | summary / nutpie sample | median CV/MCMC error "
+          "| worst | rows told | 2-se coverage | median CV/MCMC sd error | sd 2-se coverage |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        n = r["nutpie"]
+        print(f"| {r['model']} | {n['compile']:.1f} | {n['sample']:.2f} | {n['summary']:.2f} "
+              f"| {n['summary'] / n['sample']:.2f} | {n['median']:.3f} | {n['worst']:.3f} | {n['told']} "
+              f"| {n['coverage']:.0%} | {n['sd_median']:.3g} | {n['sd_coverage']:.0%} |")
 
 
 if __name__ == "__main__":
