@@ -32,6 +32,16 @@ def _monomial_images(X, S, degree):
     """L[x^a] = sum_j a_j (a_j - 1) x^(a - 2 e_j) + a_j x^(a - e_j) s_j for every exponent a of
     total degree ``degree`` (the general form of the two closed forms below)."""
     n, d = X.shape
+    # powers of each coordinate once (elementwise integer powers, as x ** a would take them); a
+    # monomial is then the product of its few non-zero factors, in coordinate order
+    powers = [X ** np.full(d, k) for k in range(degree)]
+
+    def monomial(a):
+        out = np.ones(n)
+        for j in np.flatnonzero(a):
+            out = out * powers[a[j]][:, j]
+        return out
+
     cols = []
     for combo in itertools.combinations_with_replacement(range(d), degree):
         a = np.bincount(combo, minlength=d)
@@ -39,10 +49,10 @@ def _monomial_images(X, S, degree):
         for j in np.flatnonzero(a):
             lower = a.copy()
             lower[j] -= 1
-            col += a[j] * np.prod(X ** lower, axis=1) * S[:, j]
+            col += a[j] * monomial(lower) * S[:, j]
             if a[j] >= 2:
                 lower[j] -= 1
-                col += a[j] * (a[j] - 1) * np.prod(X ** lower, axis=1)
+                col += a[j] * (a[j] - 1) * monomial(lower)
         cols.append(col)
     return np.column_stack(cols)
 
