@@ -48,6 +48,16 @@ def test_readme_bambi_example():
     assert table["se_reliable"].all() or any("unreliable" in n for n in table.attrs["notes"])
 
 
+def test_readme_nutpie_example():
+    pytest.importorskip("nutpie")
+    namespace = {}
+    exec(compile(_example("Samplers, Bambi, and the checks before any fit", 1), "README.md (nutpie)", "exec"),
+         namespace)
+    table = namespace["table"]
+    assert table.attrs["score_backend"].startswith("the sampler's stored gradients")
+    _check(table)
+
+
 def _readme_model_log_evidence():
     """log p(y) of the README's PyMC model by 2-d quadrature (mu ~ N(0, 10), sigma ~ HalfNormal(5))."""
     from scipy import integrate, stats
