@@ -129,6 +129,61 @@ def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
         pymc_cv.from_cmdstanpy(csv_fit, model=str(PROGRAM), data={**DATA, "y": [0.0, 2.0, 3.5]})
 
 
+def _write_diagnostic_file(path, names, q, g, lp, digits=17, warmup=0):
+    """A CmdStan diagnostic file (``diagnostic_file=``, CmdStanPy's ``save_latent_dynamics=True``) as
+    CmdStan documents it: the sampler's columns, the unconstrained point q, the momenta p_ and the
+    gradients g_ of the potential -log p; ``warmup`` saved warm-up rows come first."""
+    def number(v):
+        return f"{v:.{digits - 1}e}"
+
+    header = ["lp__", "accept_stat__", "stepsize__", "treedepth__", "n_leapfrog__", "divergent__", "energy__"]
+    lines = ["# model = beta_binomial_normal_model", "# method = sample (Default)",
+             ",".join(header + names + [f"p_{n}" for n in names] + [f"g_{n}" for n in names])]
+    rows = [(lp[0] - 5.0, q[0] + 0.5, g[0])] * warmup + list(zip(lp, q, g))
+    for lp_row, q_row, g_row in rows:
+        lines.append(",".join([repr(float(lp_row)), "0.9", "0.8", "2", "3", "0", "10"] + [number(v) for v in q_row]
+                              + ["0.1"] * len(names) + [number(v) for v in g_row]))
+    lines += ["# ", "#  Elapsed Time: 0.01 seconds (Warm-up)"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_cmdstan_diagnostic_files_give_the_scores_without_building_the_program(posterior, tmp_path):
+    """CmdStan keeps each draw's unconstrained point and gradient in its diagnostic file: read there,
+    the scores are Stan's own, with no PyStan build, and equal from_pystan's."""
+    cmdstanpy = pytest.importorskip("cmdstanpy")
+    from pymc_cv.core.density_check import DrawsModelMismatchError
+
+    fit = posterior.sample(num_chains=2, num_samples=200, num_warmup=300)
+    ref = pymc_cv.from_pystan(fit, posterior)
+    names, post = ["p", "lambda", "mu"], ref.posterior
+    lp = ref.sample_stats["lp"].values
+    X, G = ref.unconstrained_posterior["unconstrained"].values, ref.score["unconstrained"].values
+    csv, diag, rounded = [], [], []
+    for c in range(2):
+        draws = np.column_stack([post[n].values[c] for n in names])
+        csv.append(tmp_path / f"chain-{c + 1}.csv")
+        _write_cmdstan_csv(csv[-1], names, draws, c + 1, lp[c])
+        diag.append(tmp_path / f"diagnostic-{c + 1}.csv")
+        _write_diagnostic_file(diag[-1], names, X[c], -G[c], lp[c], warmup=5 * c)
+        rounded.append(tmp_path / f"rounded-{c + 1}.csv")
+        _write_diagnostic_file(rounded[-1], names, X[c], -G[c], lp[c], digits=6)
+    csv_fit = cmdstanpy.from_csv([str(f) for f in csv])
+    idata = pymc_cv.from_cmdstanpy(csv_fit, diagnostic_files=[str(f) for f in diag])
+    assert "diagnostic file" in idata.score.attrs["score_backend"]
+    np.testing.assert_allclose(idata.score["unconstrained"].values, G, rtol=1e-15, atol=1e-300)
+    np.testing.assert_allclose(idata.unconstrained_posterior["unconstrained"].values, X, rtol=1e-15)
+    table = pymc_cv.summary(idata, var_names=["p", "mu"], progressbar=False)
+    for name in ("p", "mu"):
+        assert abs(table.loc[name, "cv_mean"] - TRUTH[name]) < 3 * table.loc[name, "cv_mcse"] + 1e-9
+    with pytest.raises(ValueError, match=r"6 significant digits.*sig_figs=18"):
+        pymc_cv.from_cmdstanpy(csv_fit, diagnostic_files=[str(f) for f in rounded])
+    with pytest.raises(DrawsModelMismatchError, match="not in chain order"):
+        pymc_cv.from_cmdstanpy(csv_fit, diagnostic_files=[str(f) for f in diag[::-1]])
+    with pytest.warns(UserWarning, match="model= and data= not used"):
+        pymc_cv.from_cmdstanpy(csv_fit, model=str(PROGRAM), data=DATA, diagnostic_files=[str(f) for f in diag])
+
+
 @pytest.mark.slow
 def test_thermodynamic_integration_from_pystan_fits():
     from scipy import stats

@@ -18,8 +18,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import re
 import sys
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -266,7 +269,7 @@ def _program_and_data(model, data):
     return code, dict(data)
 
 
-def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwargs):
+def from_cmdstanpy(fit, model=None, data=None, *, diagnostic_files=None, progressbar=False, **arviz_kwargs):
     """InferenceData of a CmdStanPy fit, with the unconstrained draws and the scores added.
 
     Parameters
@@ -274,9 +277,16 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     fit : cmdstanpy.CmdStanMCMC
         From ``model.sample(...)`` or ``cmdstanpy.from_csv(...)``.
     model : cmdstanpy.CmdStanModel, str
-        The model (its ``.stan`` program is read), a path to the ``.stan`` file, or the program code.
+        The model (its ``.stan`` program is read), a path to the ``.stan`` file, or the program code;
+        not needed with diagnostic files.
     data : dict or str
-        The data the fit used (a dict or a JSON file path).
+        The data the fit used (a dict or a JSON file path); not needed with diagnostic files.
+    diagnostic_files : list of str, optional
+        CmdStan's diagnostic files, one per chain in chain order.  Default: the fit's own, when it
+        was sampled with ``save_latent_dynamics=True``.  They hold every draw's unconstrained point
+        and Stan's gradient there, so nothing is built or evaluated; they must be written with at
+        least 15 significant digits (``sig_figs=18``), or the scores' rounding would be larger than
+        the se of the CV estimates (an error says so).
     progressbar : bool
     **arviz_kwargs
         Passed to ``arviz.from_cmdstanpy``.
@@ -284,8 +294,9 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     Returns
     -------
     arviz.InferenceData
-        As :func:`from_pystan`.  The scores come from the same program built with PyStan (see the
-        module notes); ``score_backend`` in the groups' attributes says so.
+        As :func:`from_pystan`.  The scores come from the diagnostic files, or else from the same
+        program built with PyStan (see the module notes); ``score_backend`` in the groups'
+        attributes says which.
 
     Examples
     --------
@@ -299,6 +310,14 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     >>> idata.score.attrs["score_backend"]                                         # doctest: +SKIP
     "pystan (httpstan extension module); CmdStan's log_prob not used"
     """
+    files = _latent_dynamics_files(fit, diagnostic_files)
+    if files:
+        idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
+        if model is not None or data is not None:
+            warnings.warn("model= and data= not used: the scores are read from the diagnostic files.", UserWarning,
+                          stacklevel=2)
+        X, G = _from_latent_dynamics(idata, files)
+        return _finish(idata, X, G, "CmdStan's diagnostic file (its gradients g_ of -log p, negated)")
     stan = _import_stan()
     code, data = _program_and_data(model, data)
     idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
@@ -306,6 +325,97 @@ def from_cmdstanpy(fit, model=None, data=None, *, progressbar=False, **arviz_kwa
     X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
     _check_recorded_logp(density, idata, X)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
+
+
+# CmdStan writes 6 or 8 significant digits unless sampled with sig_figs=: scores rounded there move
+# a CV estimate by about 1e-6 relative, more than many reported se, so fewer than this are refused
+_MIN_SIG_FIGS = 15
+_MANTISSA = re.compile(r"^[-+]?0*\.?0*|[^0-9]")  # what is not a significant digit of a mantissa
+
+
+class LatentDynamics(NamedTuple):
+    """One chain's diagnostic file (CmdStan's ``diagnostic_file``, CmdStanPy's latent dynamics):
+    per saved iteration, Stan's lp__, the unconstrained point q and the gradient g of the potential
+    -log p there (Stan negates the log density's gradient for the Hamiltonian)."""
+
+    names: list
+    lp: np.ndarray
+    q: np.ndarray
+    g: np.ndarray
+    sig_figs: int
+
+
+def read_latent_dynamics(path):
+    """Read one CmdStan diagnostic file (Stan CSV: ``#`` comments, a header, one row per saved
+    iteration with the sampler's ``..__`` columns, then q, ``p_`` momenta and ``g_`` gradients)."""
+    header, rows, first = None, [], []
+    with open(path) as fh:
+        for line in fh:
+            if line.startswith("#") or not line.strip():
+                continue
+            tokens = line.strip().split(",")
+            if header is None:
+                header = tokens
+                continue
+            if len(first) < 50:
+                first.append(tokens)
+            rows.append([float(v) for v in tokens])
+    if header is None or "lp__" not in header:
+        raise ValueError(f"{path} is not a CmdStan diagnostic file (no header with lp__).")
+    sampler = [h for h in header if h.endswith("__")]
+    rest = header[len(sampler):]
+    k = len(rest) // 3
+    names = rest[:k]
+    if len(rest) != 3 * k or rest[k:2 * k] != [f"p_{n}" for n in names] or rest[2 * k:] != [f"g_{n}" for n in names]:
+        raise ValueError(f"{path}: the columns after the sampler's are not q, p_q, g_q as CmdStan writes a "
+                         "diagnostic file (sample with save_latent_dynamics=True in CmdStanPy).")
+    table = np.array(rows, dtype=float).reshape(len(rows), len(header))
+    lp = table[:, header.index("lp__")]
+    start = len(sampler)
+    # the precision the point and gradient were written with: their longest mantissa
+    written = [t for tokens in first for t in tokens[start:start + k] + tokens[start + 2 * k:]]
+    sig_figs = max((len(_MANTISSA.sub("", t.lower().split("e")[0])) for t in written), default=0)
+    return LatentDynamics(names, lp, table[:, start:start + k], table[:, start + 2 * k:], sig_figs)
+
+
+def _latent_dynamics_files(fit, diagnostic_files):
+    if diagnostic_files is not None:
+        return [str(f) for f in diagnostic_files]
+    runset = getattr(fit, "runset", None)
+    files = list(getattr(runset, "diagnostic_files", None) or [])
+    return files if files and all(os.path.exists(f) for f in files) else []
+
+
+def _from_latent_dynamics(idata, files):
+    """Unconstrained draws and scores (chain, draw, k) from the chains' diagnostic files, lined up
+    with the posterior by Stan's lp__ (equal in both files of a chain)."""
+    chains = [read_latent_dynamics(f) for f in files]
+    post = compat.group(idata, "posterior")
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    if len(chains) != n_chain:
+        raise ValueError(f"{len(chains)} diagnostic files for {n_chain} chains; pass one per chain, in chain order.")
+    digits = min(c.sig_figs for c in chains)
+    if digits < _MIN_SIG_FIGS:
+        raise ValueError(
+            f"The diagnostic files hold {digits} significant digits: scores rounded there limit every CV "
+            f"estimate to about 1e-{digits} relative, below which no reported se would be true. Sample with "
+            "sig_figs=18 (CmdStanPy's model.sample(..., sig_figs=18, save_latent_dynamics=True)), or pass "
+            "model= and data= without diagnostic files to compute the scores with PyStan.")
+    recorded = None
+    if "sample_stats" in compat.group_names(idata) and "lp" in compat.group(idata, "sample_stats"):
+        recorded = np.asarray(compat.group(idata, "sample_stats")["lp"].transpose("chain", "draw").values, float)
+    X, G = [], []
+    for c, chain in enumerate(chains):
+        if chain.q.shape[0] < n_draw:
+            raise ValueError(f"{files[c]} has {chain.q.shape[0]} iterations for {n_draw} draws of the posterior.")
+        keep = slice(chain.q.shape[0] - n_draw, None)  # the saved warm-up, if any, comes first
+        if recorded is not None and not np.allclose(chain.lp[keep], recorded[c], rtol=1e-12, atol=0):
+            raise DrawsModelMismatchError(
+                f"{files[c]}: its lp__ is not the fit's lp__ of chain {c}; the diagnostic files are of another "
+                "fit, or not in chain order.")
+        X.append(chain.q[keep])
+        G.append(-chain.g[keep])
+    return np.array(X), np.array(G)
 
 
 class PowerPosteriorTerms:
