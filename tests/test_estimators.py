@@ -241,3 +241,18 @@ def test_heavy_tailed_draws_mark_every_cv_estimate_unreliable():
         z, s = gaussian_draws(1000, 2, 100 + rep)
         flagged_gauss.append(not np.all(pymc_cv.cv_estimate(np.sin(z[:, 0]), z, s).se_reliable))
     assert np.mean(flagged_t) >= 0.8 and np.mean(flagged_gauss) <= 0.1
+
+
+def test_auto_skips_a_full_quadratic_basis_that_would_take_minutes():
+    """ZV-2 with cross terms in 89 dimensions has 4,094 features: on 20,000 draws its least squares cost
+    minutes, so "auto" fits the squares alone and says so; on 4,000 draws in 10 dimensions it is fitted."""
+    from pymc_cv.core.estimate import _planned_methods
+
+    notes = []
+    bases, _ = _planned_methods("auto", 20_000, 89, notes)
+    assert (2, True) not in bases and (2, False) in bases and (1, True) in bases
+    assert len(notes) == 1 and "4094 features" in notes[0]
+    notes = []
+    bases, _ = _planned_methods("auto", 4_000, 10, notes)
+    assert (2, True) in bases and notes == []
+    assert (2, True) in _planned_methods("zv2", 20_000, 89)[0]  # asked for by name: fitted
