@@ -123,3 +123,30 @@ def test_nutpie_stored_gradients_are_the_model_s_scores():
     for row, value in exact.items():
         assert abs(table.loc[row, "cv_mean"] - value) <= 3 * table.loc[row, "cv_mcse"] + 1e-9, row
     assert table.loc["mu", "variance_reduction"] > 100
+
+
+def test_bambi_fit_by_nutpie_keeps_the_draws_its_sampler_made():
+    """Bambi rewrites the intercept after sampling; the stored draws are the sampler's own, and equal the
+    ones compute_scores restores for the scores."""
+    pytest.importorskip("nutpie")
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"x": rng.normal(3.0, 1.0, 60)})
+    df["y"] = 1.0 + 2.0 * df.x + rng.normal(0.0, 1.0, 60)
+    model = bmb.Model("y ~ x", df)
+    idata = model.fit(inference_method="nutpie", draws=500, tune=500, chains=2, random_seed=1,
+                      nuts_sampler_kwargs=_STORED, progressbar=False)
+    stored = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
+    computed = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False,
+                                      stored_gradients=False)
+    for name in compat.group(computed, "score").data_vars:
+        np.testing.assert_allclose(stored["unconstrained_posterior"][name].values,
+                                   computed["unconstrained_posterior"][name].values, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(stored["score"][name].values, computed["score"][name].values, rtol=1e-7,
+                                   atol=1e-9)
+    table = pymc_cv.summary(idata, progressbar=False)
+    with_model = pymc_cv.summary(idata, model=model, progressbar=False)
+    np.testing.assert_array_equal(table["cv_mean"], with_model["cv_mean"])
+    assert np.all(np.abs(table["cv_mean"] - table["mean"]) < 4 * table["mcse_mean"])
