@@ -19,8 +19,8 @@ from scipy import stats
 
 from . import compat
 
-__all__ = ["RowConvergence", "row_convergence", "divergence_note", "unseen_values_note", "RHAT_MAX",
-           "ESS_PER_CHAIN_MIN", "DIVERGENT_SHARE_MAX"]
+__all__ = ["RowConvergence", "row_convergence", "divergence_note", "divergence_allowance", "unseen_values_note",
+           "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENT_SHARE_MAX"]
 
 RHAT_MAX = 1.01
 ESS_PER_CHAIN_MIN = 100
@@ -29,6 +29,12 @@ _DISAGREE_LEVEL = 1e-3  # chance level of the chains' chi-square at which they a
 # at the divergent draws sit in one tail (mean rank |z| > _DIVERGENT_Z, at least 3 divergences)
 DIVERGENT_SHARE_MAX = 0.005
 _DIVERGENT_Z = 3.0
+# the bias a sampler leaves where its trajectories diverge, per posterior sd and per divergent share
+# of the draws: the mean moved by mass of about that share missed at about two sd.  Eight schools
+# (non-centred), nutpie 4 x 5,000 at target_accept 0.8 (8-24 divergences), 6 runs: the CV estimates
+# were outside 2 se on 15% of 108 rows (the plain means over 60 such runs were 1-2.5e-3 sd low);
+# with this allowance, on none.  At target_accept 0.95 (no divergences) they covered without it.
+_DIVERGENT_BIAS_PER_SHARE = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,17 @@ def divergence_note(n_divergent, n_draws):
                 "the draws may be biased where the sampler could not go, and control variates cannot remove "
                 "that bias; every se is marked unreliable. Reparameterise or raise target_accept."), True
     return (f"{n_divergent} divergent transition(s) ({share:.2%} of the draws): rows whose values at those draws "
-            "sit in one tail are marked unreliable, the others are not. Reparameterise or raise target_accept "
-            "to be sure."), False
+            "sit in one tail are marked unreliable, the others are not, and every CV se (of the mean and the sd) "
+            f"includes {_DIVERGENT_BIAS_PER_SHARE:g} x {share:.2%} of the row's sd for the bias they may leave. "
+            "Reparameterise or raise target_accept to be sure."), False
+
+
+def divergence_allowance(sd, n_divergent, n_draws):
+    """The bias divergent transitions may leave in a mean (or an sd) of posterior sd ``sd``, which no
+    control variate removes: added to the CV se, which is otherwise far below it on long runs."""
+    if not n_divergent or not n_draws:
+        return np.zeros_like(np.asarray(sd, dtype=float))
+    return _DIVERGENT_BIAS_PER_SHARE * (n_divergent / n_draws) * np.asarray(sd, dtype=float)
 
 
 def _divergence_z(values, divergent):

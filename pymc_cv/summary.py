@@ -12,7 +12,7 @@ import numpy as np
 
 from . import compat
 from .cluster import check_client, map_units
-from .convergence import divergence_note, row_convergence, unseen_values_note
+from .convergence import divergence_allowance, divergence_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
 from .core.score_check import apply_stein_check
@@ -347,7 +347,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         Index like ``az.summary`` (``theta[0]``); columns (``kind="all"``):
 
         - ``mean``, ``mcse_mean``: the plain MCMC mean and its mcse, as ArviZ computes them;
-        - ``cv_mean``, ``cv_mcse``: the CV estimate of the mean and its se;
+        - ``cv_mean``, ``cv_mcse``: the CV estimate of the mean and its se (with divergent
+          transitions, plus twice their share of the draws times the row's sd, for the bias they
+          may leave: the notes say so);
         - ``variance_reduction``: (mcse / CV se)^2 of the mean, measured on held-out draws;
         - ``cv_ess``: var(f) / cv_mcse^2, the number of independent draws the reported mean is
           worth, to read beside ArviZ's ``ess_bulk``;
@@ -427,7 +429,8 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         order = {label: i for i, (label, _) in enumerate(every_row)}
         records.sort(key=lambda r: order[r[0]])
         records, row_notes = _with_convergence(records, every_row, results, divergent)
-        flagged = {"all": flagged, "rows": row_notes}
+        records, allowance_notes = _with_divergence_allowance(records, post.diverging)
+        flagged = {"all": flagged, "rows": [n for n in allowance_notes if n not in flagged] + row_notes}
     table = _table(records, results, flagged, kind, round_to, ci_prob, cv_interval)
     table.attrs["score_backend"] = compat.group(idata, SCORE).attrs.get("score_backend", "not recorded")
     return (table, dict(results)) if return_results else table
@@ -788,6 +791,20 @@ def _with_convergence(records, every_row, results, divergent):
             seen.add(id(res))
             notes += [n for n in res.notes if "unreliable" in n and n not in notes]
     return out, notes
+
+
+def _with_divergence_allowance(records, diverging):
+    """``records`` with the bias divergent transitions may leave added to the se of the CV mean and sd
+    (:func:`pymc_cv.convergence.divergence_allowance`), and the note that says so; as they are without
+    divergences."""
+    n_div = 0 if diverging is None else int(np.sum(diverging))
+    if not n_div:
+        return records, []
+    out = []
+    for rec in records:
+        extra = float(divergence_allowance(rec.sd, n_div, diverging.size)) if np.isfinite(rec.sd) else 0.0
+        out.append(rec._replace(cv_mcse=rec.cv_mcse + extra, cv_mcse_sd=rec.cv_mcse_sd + extra))
+    return out, [divergence_note(n_div, diverging.size)[0]]
 
 
 def _cv_ess(table, results):

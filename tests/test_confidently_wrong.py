@@ -291,7 +291,22 @@ def test_divergent_transitions_flag_every_row(regression):
     assert not table["se_reliable"].any()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no divergences: no warning
-        assert pymc_cv.summary(idata, model=model, var_names=["a"], progressbar=False).attrs["notes"] == []
+        clean = pymc_cv.summary(idata, model=model, var_names=["a"], progressbar=False)
+    assert clean.attrs["notes"] == []
+    # a few (2 of 600, under the share that flags every row): the same fits, with the bias they may
+    # leave added to the CV se of the mean and the sd, and a note that says so
+    div[:] = False
+    div[1, [50, 250]] = True
+    stats["diverging"] = (("chain", "draw"), div)
+    few = with_groups(idata, {"sample_stats": stats})
+    with pytest.warns(UserWarning, match="2 divergent transition"):
+        table = pymc_cv.summary(few, model=model, var_names=["a"], progressbar=False)
+    allowance = 2.0 * (2 / 600) * clean.loc["a", "sd"]
+    assert table.loc["a", "cv_mean"] == clean.loc["a", "cv_mean"]
+    assert table.loc["a", "cv_mcse"] == pytest.approx(clean.loc["a", "cv_mcse"] + allowance, rel=1e-12)
+    assert table.loc["a", "cv_mcse_sd"] == pytest.approx(clean.loc["a", "cv_mcse_sd"] + allowance, rel=1e-12)
+    assert table.loc["a", "mcse_mean"] == clean.loc["a", "mcse_mean"]  # ArviZ's, untouched
+    assert any("includes 2 x 0.33% of the row's sd" in n for n in table.attrs["notes"])
 
 
 @pytest.mark.slow
