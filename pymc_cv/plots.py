@@ -192,7 +192,7 @@ def plot_cv_fit(result, index=0, *, ax=None, figsize=None):
     without x_i (leave-one-out or cross-fitted, as the se was computed).
 
     Left: f against the fit; points on the diagonal are draws the CV explains.  Right: the size
-    of the held-out residual |f - fit| on a log scale, against the spread of f (plain MC's
+    of the held-out residual ``|f - fit|`` on a log scale, against the spread of f (plain MC's
     residual) and the residuals' root mean square (the CV's).  The gap between the two lines is
     the variance reduction; a few points far above the rest (often at extreme f, where a kernel
     fit reverts to a constant) are the heavy tail behind an "se unreliable" flag.

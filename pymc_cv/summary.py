@@ -279,7 +279,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         :func:`compute_scores`.  A warning when ``data`` already holds scores (they are used).
     integrands : dict of name -> callable, optional
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
-        (chain, draw, *shape)) and returns (chain, draw, *out).  Extra ``out`` dims are tasks
+        ``(chain, draw, *shape)``) and returns ``(chain, draw, *out)``.  Extra ``out`` dims are tasks
         (e.g. a prediction at 10 time points).
     method : {"auto", "mc", "zv1", "zv2", "zv2diag", "zv", "cf", "secf", "vvcv", "metacv"}
         Estimator (see :func:`cv_estimate`).  Every row and every task shares the draws and
@@ -314,7 +314,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     cv_interval : bool
         Also estimate the interval bounds by CVs (columns ``cv_eti..``; see below).  Off by default:
         it is one more fit as costly as that of the means, and it pays mostly in few dimensions
-        (|CV error| / |plain error| of the 3% and 97% bounds, median over rows: 0.3 on a Beta
+        (``|CV error| / |plain error|`` of the 3% and 97% bounds, median over rows: 0.3 on a Beta
         posterior, 0.5 on a 4-parameter logistic regression; on a 5-parameter linear regression
         the smoothed steps' variance reduction was 2-3).
     round_to : int, optional

@@ -1,4 +1,4 @@
-"""The README's PyMC and Stan examples run as printed and do what they say."""
+"""The README's and the documentation's examples run as printed and do what they say."""
 
 import re
 from pathlib import Path
@@ -6,12 +6,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def _example(section, index=0):
     body = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", body, re.S)[index]
+
+
+def _docs_example(page, index=0):
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)[index]
 
 
 def _check(table):
@@ -75,13 +80,14 @@ def _readme_model_log_evidence():
 
 @pytest.mark.slow
 def test_readme_evidence_example():
-    """The README's TI block on its PyMC model, whose HalfNormal scale makes TI's integrand singular at t = 0."""
+    """The evidence guide's TI block on the README's PyMC model, whose HalfNormal scale makes TI's integrand
+    singular at t = 0."""
     import matplotlib
 
     matplotlib.use("Agg")
     namespace = {}
     exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
-    exec(compile(_example("Model evidence: thermodynamic integration"), "README.md (evidence)", "exec"), namespace)
+    exec(compile(_docs_example("guide/evidence.md"), "docs/guide/evidence.md", "exec"), namespace)
     res, truth = namespace["res"], _readme_model_log_evidence()
     assert res.stepping_stone is not None and any("stepping stones" in n for n in res.notes)
     assert abs(res.log_evidence - truth) < min(0.1, 3 * res.se)

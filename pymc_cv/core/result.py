@@ -28,7 +28,7 @@ class CVResult:
         tails, scores that fail the Stein check, divergent transitions, too few draws per task.
     jackknife_bias : delete-a-part jackknife estimate of the bias of the estimate (signed; 0 where
         the MC mean is reported): (g - 1) x (mean of the fits without each of g parts of held-out
-        blocks - the fit), g = 4 (2 for fits that must be refitted).  |jackknife_bias| is part of
+        blocks - the fit), g = 4 (2 for fits that must be refitted).  ``|jackknife_bias|`` is part of
         ``se``; estimates combined linearly (thermodynamic integration) combine it signed, since a
         bias of one sign adds up.
     khat : Pareto k-hat of the squared standardised held-out residuals (nan when it could not be

@@ -1,0 +1,38 @@
+"""Sphinx configuration of the pymc-cv documentation (``pip install -e ".[docs]"``, then
+``sphinx-build -W --keep-going -b html docs docs/_build/html``)."""
+
+import pymc_cv
+
+project = "pymc-cv"
+author = "the pymc-cv developers"
+copyright = "the pymc-cv developers"
+release = version = pymc_cv.__version__
+
+extensions = [
+    "myst_nb",
+    "numpydoc",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.intersphinx",
+]
+# rst first: autosummary writes its stubs with the first suffix, and they are reStructuredText
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "notebooks/README.md"]
+
+# the notebooks are executed by the test suite (nbmake); here they are shown as stored
+nb_execution_mode = "off"
+myst_enable_extensions = ["dollarmath"]
+myst_heading_anchors = 3
+
+autosummary_generate = True
+autodoc_typehints = "none"
+numpydoc_show_class_members = False
+numpydoc_xref_param_type = False
+
+# no network: intersphinx has no inventories to fetch, and links stay plain text
+intersphinx_mapping = {}
+
+html_theme = "pydata_sphinx_theme"
+html_title = "pymc-cv"
+html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
+html_static_path = []
