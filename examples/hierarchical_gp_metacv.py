@@ -66,8 +66,10 @@ def run(model, draws, chains, seed):
     idata = pymc_cv.compute_scores(idata, model, compile_kwargs={"mode": "NUMBA"})
     post = idata.posterior
     amp, ls = (np.asarray(post[v]).reshape(-1) for v in ("amp", "ls"))
-    X = np.asarray(idata.unconstrained_posterior[["amp_log__", "ls_log__"]].to_array()).transpose(1, 2, 0).reshape(-1, 2)
-    S = np.asarray(idata.score[["amp_log__", "ls_log__"]].to_array()).transpose(1, 2, 0).reshape(-1, 2)
+    # variable by variable: ArviZ 1's DataTree has no selection of several variables by a list
+    names = ["amp_log__", "ls_log__"]
+    X = np.stack([np.asarray(idata.unconstrained_posterior[v]) for v in names], axis=-1).reshape(-1, 2)
+    S = np.stack([np.asarray(idata.score[v]) for v in names], axis=-1).reshape(-1, 2)
     return amp, ls, X, S
 
 

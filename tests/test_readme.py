@@ -91,3 +91,14 @@ def test_readme_evidence_example():
     res, truth = namespace["res"], _readme_model_log_evidence()
     assert res.stepping_stone is not None and any("stepping stones" in n for n in res.notes)
     assert abs(res.log_evidence - truth) < min(0.1, 3 * res.se)
+
+
+def test_docs_arrays_example():
+    namespace = {}
+    exec(compile(_docs_example("guide/arrays.md"), "docs/guide/arrays.md", "exec"), namespace)
+    res, res_vv, new = namespace["res"], namespace["res_vv"], namespace["new"]
+    truth = np.array([1.0, np.exp(1 / 8)])
+    assert np.all(np.abs(res.estimate - truth) <= 4 * res.se + 1e-10)
+    assert np.all(res.variance_reduction > 10)
+    assert np.allclose(res_vv.estimate, [1.0, 2.25], atol=1e-6)  # x0^2: exact for ZV-2 / SECF
+    assert np.allclose(namespace["fit"].predict(new, -new), new[:, 0] ** 2, atol=1e-6)
