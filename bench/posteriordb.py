@@ -18,6 +18,7 @@ than 4 combined se off, and how many of those were flagged ``se_reliable=False``
 Usage: python bench/posteriordb.py [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
        (default: the set in bench/posteriordb_set.py).  PDB_TIMEOUT: seconds per posterior (default 1800).
+       PDB_FIGURE: where the bar charts go (default docs/_static/posteriordb.png; "" for none).
 Run it alone on the machine: timings next to other heavy jobs are not comparable.
 """
 
@@ -184,6 +185,40 @@ def overall(results):
             f"median cv_ess / ess_bulk {np.median([r['cv_ess_ratio'] for r in ok]):.3g}")
 
 
+def figure(results, path):
+    """Per posterior, two bar charts on log scales: the seconds of summary and from_pystan over Stan's
+    sampling, and the median |CV error| / |MCMC error| of the mean and of the sd."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = sorted((r for r in results if "error" not in r), key=lambda r: r["summary"] / r["stan"])
+    names = [r["name"].split("-", 1)[-1] for r in ok]
+    pos = np.arange(len(ok))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.3 * len(ok) + 1.8), sharey=True)
+    left.barh(pos + 0.2, [r["summary"] / r["stan"] for r in ok], height=0.4, color="C0", label="summary")
+    left.barh(pos - 0.2, [r["convert"] / r["stan"] for r in ok], height=0.4, color="0.6", label="from_pystan")
+    left.axvline(1.0, color="k", lw=0.8)
+    left.set_xscale("log")
+    left.set_xlabel("seconds / Stan's sampling seconds")
+    left.legend(fontsize="small")
+    err = [r["median"] if np.isfinite(r["median"]) else np.nan for r in ok]
+    sd_err = [r["sd_median"] if np.isfinite(r["sd_median"]) else np.nan for r in ok]
+    right.barh(pos + 0.2, err, height=0.4, color="C0", label="mean")
+    right.barh(pos - 0.2, sd_err, height=0.4, color="C2", label="sd")
+    right.axvline(1.0, color="k", lw=0.8)
+    right.set_xscale("log")
+    right.set_xlabel("median |CV error| / |MCMC error| (rows told)")
+    right.legend(fontsize="small")
+    left.set_yticks(pos)
+    left.set_yticklabels(names, fontsize="small")
+    fig.suptitle("posteriordb, PyStan 4 x 1,000 draws: pymc_cv.summary with defaults", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def main():
     args = sys.argv[1:]
     if args and args[0] == "--one":
@@ -201,6 +236,10 @@ def main():
     print(HEADER)
     print("\n".join(line(r) for r in results))
     print("\n" + overall(results))
+    out = os.environ.get("PDB_FIGURE", os.path.join(os.path.dirname(__file__), "..", "docs", "_static",
+                                                    "posteriordb.png"))
+    if out:
+        print("figure:", figure(results, out))
 
 
 if __name__ == "__main__":

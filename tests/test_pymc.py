@@ -108,10 +108,15 @@ def test_cv_ess_is_what_the_cv_estimate_is_worth_in_independent_draws(hierarchic
     table = pymc_cv.summary(idata, model=model, var_names=["mu", "theta"], progressbar=False)
     sd = az.summary(idata, var_names=["mu", "theta"], kind="stats", round_to="none")["sd"]
     np.testing.assert_allclose(table["cv_ess"], sd**2 / table["cv_mcse"] ** 2, rtol=1e-6)
-    # where the CV beat MC its estimate is worth more draws than ArviZ's ESS of the plain mean says
+    # with divergent transitions (these short runs have some on one stack) every CV se carries twice
+    # their share times the row's sd
+    allowance = 2 * np.asarray(idata.sample_stats["diverging"]).mean() * table["sd"]
+    assert np.all(table["cv_mcse"] >= allowance)
+    # where the CV beat MC, the fit's own se is worth more draws than ArviZ's ESS of the plain mean says
     ess_mean = (sd / table["mcse_mean"]) ** 2
     helped = table["method"] != "mc"
-    assert helped.any() and np.all(table.loc[helped, "cv_ess"] > ess_mean[helped])
+    fit_ess = sd**2 / (table["cv_mcse"] - allowance) ** 2
+    assert helped.any() and np.all(fit_ess[helped] > ess_mean[helped])
 
 
 def test_cv_sd_of_a_beta_posterior_against_its_closed_form():
