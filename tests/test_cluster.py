@@ -105,8 +105,8 @@ def test_thermodynamic_integration_on_the_cluster_gives_the_serial_log_evidence(
     kw = dict(draws=100, tune=200, method="cti", random_seed=3, progressbar=False)
     serial = pymc_cv.thermodynamic_integration(model, 8, **kw)
     remote = pymc_cv.thermodynamic_integration(model, 8, client=client, **kw)
-    assert abs(remote.log_evidence - serial.log_evidence) < 1e-8
-    np.testing.assert_allclose(remote.draws["samples"][3], serial.draws["samples"][3], rtol=0, atol=1e-10)
+    if _same_path(remote, serial):
+        assert abs(remote.log_evidence - serial.log_evidence) < 1e-8
     truth = stats.multivariate_normal(np.zeros(3), np.eye(3) + 4.0).logpdf([0.3, 1.1, 0.8])
     assert abs(remote.log_evidence - truth) < 3 * remote.se + 0.01
     with pytest.raises(ValueError, match="SMC"):
@@ -115,9 +115,25 @@ def test_thermodynamic_integration_on_the_cluster_gives_the_serial_log_evidence(
     kw["method"] = "vvcv"
     serial = pymc_cv.thermodynamic_integration(model, 7, **kw)
     remote = pymc_cv.thermodynamic_integration(model, 7, client=client, **kw)
-    assert abs(remote.log_evidence - serial.log_evidence) < 1e-8 and abs(remote.se - serial.se) < 1e-8
-    np.testing.assert_allclose(remote.moments.var, serial.moments.var, rtol=1e-8)
-    assert sorted(remote.notes) == sorted(serial.notes) and list(remote.moments.method) == list(serial.moments.method)
+    if _same_path(remote, serial):
+        assert abs(remote.log_evidence - serial.log_evidence) < 1e-8 and abs(remote.se - serial.se) < 1e-8
+        np.testing.assert_allclose(remote.moments.var, serial.moments.var, rtol=1e-8)
+        assert sorted(remote.notes) == sorted(serial.notes)
+        assert list(remote.moments.method) == list(serial.moments.method)
+
+
+def _same_path(remote, serial):
+    """True where the workers drew the serial run's draws (then every number must be the serial one).
+    Under PyTensor 3's Numba backend, code JIT-compiled here and the same code loaded by the workers from
+    Numba's cache can differ in the last bit, and NUTS then takes another path (docs/guide/dask.md), even
+    with the cache warmed first: there the two estimates must agree within their se.  Under PyMC 5 (C
+    backend) the paths must be the same."""
+    same = all(np.allclose(r, s, rtol=0, atol=1e-10)
+               for r, s in zip(remote.draws["samples"], serial.draws["samples"]))
+    if not same:
+        assert int(pm.__version__.split(".")[0]) >= 6, "the workers' draws differ from the serial run's"
+        assert abs(remote.log_evidence - serial.log_evidence) < 3 * np.hypot(remote.se, serial.se)
+    return same
 
 
 @pytest.mark.slow
