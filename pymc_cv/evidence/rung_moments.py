@@ -152,7 +152,19 @@ class _RungProblem:
         return self.t[i] * gl + gp
 
     def fit_group(self, idx, B, with_chains, table):
-        """Both moments of the rungs ``idx`` jointly (a vv-CV; a kernel CV for a lone rung)."""
+        """Both moments of the rungs ``idx`` jointly (a vv-CV; a kernel CV for a lone rung); each rung on
+        its own where the joint design cannot be fitted (rank deficient for these draws)."""
+        if len(idx) == 1:
+            return self._fit_jointly(idx, B, with_chains, table)
+        try:
+            return self._fit_jointly(idx, B, with_chains, table)
+        except ValueError as err:
+            table.notes.append(f"rungs {idx[0] + self.first}-{idx[-1] + self.first}: the joint vv-CV could not be "
+                               f"fitted ({err}); each rung was fitted on its own.")
+            for i in idx:
+                self._fit_jointly([i], B, with_chains, table)
+
+    def _fit_jointly(self, idx, B, with_chains, table):
         Xs = [self.rungs[i].samples for i in idx]
         Ss = [self.score(i) for i in idx]
         chains = [self.rungs[i].chain for i in idx] if with_chains else None
