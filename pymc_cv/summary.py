@@ -41,10 +41,10 @@ _INTERVAL_MCSE = ["mcse_lb", "mcse_ub", "cv_mcse_lb", "cv_mcse_ub"]
 _STATS = ["mean", "cv_mean", "sd", "cv_sd"] + _INTERVAL
 _DIAGNOSTICS = ["mcse_mean", "cv_mcse", "variance_reduction", "cv_ess", "mcse_sd", "cv_mcse_sd",
                 "variance_reduction_sd"] + _INTERVAL_MCSE + ["ess_bulk", "r_hat", "method", "method_sd", "se_reliable"]
-# the columns of each ``kind``, as ``az.summary``'s: "all" pairs each plain column with its CV one
+# the columns of each ``kind``, as ``az.summary``'s: "all" pairs each CV column with its plain one, CV first
 _KINDS = {
-    "all": ["mean", "mcse_mean", "cv_mean", "cv_mcse", "variance_reduction", "cv_ess", "sd", "mcse_sd", "cv_sd",
-            "cv_mcse_sd", "variance_reduction_sd"] + _INTERVAL + _INTERVAL_MCSE
+    "all": ["cv_mean", "cv_mcse", "mean", "mcse_mean", "variance_reduction", "cv_ess", "cv_sd", "cv_mcse_sd", "sd",
+            "mcse_sd", "variance_reduction_sd"] + _INTERVAL + _INTERVAL_MCSE
            + ["ess_bulk", "r_hat", "method", "method_sd", "se_reliable"],
     "stats": _STATS,
     "diagnostics": _DIAGNOSTICS,
@@ -259,7 +259,7 @@ def _plain_mcse(values):
 
 
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
-            metacv=None, kind="all", ci_prob=None, ci_kind="eti", cv_interval=False, round_to=None,
+            metacv=None, kind="all", ci_prob=None, ci_kind="eti", cv_interval=False, round_to="auto",
             check_scores=True, return_results=False, progressbar=True, compile_kwargs=None, client=None, **options):
     """Posterior means with and without Stein control variates, one row per scalar quantity.
 
@@ -317,9 +317,12 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         (``|CV error| / |plain error|`` of the 3% and 97% bounds, median over rows: 0.3 on a Beta
         posterior, 0.5 on a 4-parameter logistic regression; on a 5-parameter linear regression
         the smoothed steps' variance reduction was 2-3).
-    round_to : int, optional
-        Decimals to round the float columns to.  Default: unrounded, since the CV columns are often
-        precise far beyond two decimals.
+    round_to : {"auto", "none"} or int
+        "auto" (the default; None the same): the values are raw, and the printed table shows each
+        estimate to the second significant digit of its standard error (``cv_mean`` often to more
+        digits than ``mean``), the standard errors to two, the ESS as integers, and only the compact,
+        CV-first set of columns (see Returns); "none": a plain DataFrame of raw values; an int:
+        the float columns rounded to that many decimals, as ``az.summary``'s.
     check_scores : bool
         Check the scores against the draws first (see :func:`cv_estimate`): an error when they
         fail the Stein identities by far, ``se_reliable=False`` and a note when mildly; and, when
@@ -343,8 +346,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
 
     Returns
     -------
-    pandas.DataFrame, or (DataFrame, dict) with ``return_results=True``
-        Index like ``az.summary`` (``theta[0]``); columns (``kind="all"``):
+    SummaryTable (a pandas.DataFrame), or (table, dict) with ``return_results=True``
+        Index like ``az.summary`` (``theta[0]``).  ``print(table)`` shows ``cv_mean``, ``cv_mcse``,
+        ``mean``, ``mcse_mean``, ``cv_sd``, ``cv_ess``, ``ess_bulk`` and ``se_reliable``, which fit an
+        80-column terminal; ``print(table.to_string())`` every column.  The columns (``kind="all"``):
 
         - ``mean``, ``mcse_mean``: the plain MCMC mean and its mcse, as ArviZ computes them;
         - ``cv_mean``, ``cv_mcse``: the CV estimate of the mean and its se (with divergent
@@ -386,7 +391,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     ...                       compute_convergence_checks=False)
     >>> table = pymc_cv.summary(idata, ["mu"], model=model, progressbar=False)
     >>> list(table.columns[:4])
-    ['mean', 'mcse_mean', 'cv_mean', 'cv_mcse']
+    ['cv_mean', 'cv_mcse', 'mean', 'mcse_mean']
     >>> bool(abs(table.loc["mu", "cv_mean"] - 200 / 201) < 1e-6)   # exact posterior mean: 2 / (2 + 1/100)
     True
     """
@@ -652,8 +657,11 @@ def _check_layout(kind, ci_prob, ci_kind, round_to):
         ci_prob = compat.default_ci_prob()
     if isinstance(ci_prob, bool) or not isinstance(ci_prob, (float, int, np.floating)) or not 0 < ci_prob < 1:
         raise ValueError(f"ci_prob={ci_prob!r}; use a probability strictly between 0 and 1 (e.g. 0.94).")
+    if isinstance(round_to, str) and round_to.lower() in ("auto", "none"):
+        return float(ci_prob)
     if round_to is not None and (isinstance(round_to, bool) or not isinstance(round_to, (int, np.integer))):
-        raise TypeError(f"`round_to` must be an int (decimals) or None (unrounded, the default); got {round_to!r}.")
+        raise TypeError(f"`round_to` must be 'auto' (the default: raw values, printed to the digits their se "
+                        f"warrants), 'none' (a plain DataFrame of raw values) or an int (decimals); got {round_to!r}.")
     return float(ci_prob)
 
 
@@ -819,7 +827,7 @@ def _cv_ess(table, results):
     return out
 
 
-def _table(records, results, notes, kind="all", round_to=None, ci_prob=0.94, cv_interval=False):
+def _table(records, results, notes, kind="all", round_to="auto", ci_prob=0.94, cv_interval=False):
     """The DataFrame of ``records`` (``kind`` of columns, rounded to ``round_to`` decimals, the interval
     named as the installed ArviZ names it); notes that concern every row flag every row's se (``notes``
     a list of those, or {"all": those, "rows": notes of single rows, already applied})."""
@@ -837,7 +845,11 @@ def _table(records, results, notes, kind="all", round_to=None, ci_prob=0.94, cv_
              "mcse_ub": f"mcse_{ub}", "cv_mcse_lb": f"cv_mcse_{lb}", "cv_mcse_ub": f"cv_mcse_{ub}"}
     dropped = set() if cv_interval else {"cv_lb", "cv_ub", "cv_mcse_lb", "cv_mcse_ub"}
     table = table[[c for c in _KINDS[kind] if c not in dropped]].rename(columns=names)
-    if round_to is not None:
+    if round_to is None or (isinstance(round_to, str) and round_to.lower() == "auto"):
+        from .summary_table import SummaryTable
+
+        table = SummaryTable(table)
+    elif not isinstance(round_to, str):
         numeric = table.select_dtypes("float").columns
         table[numeric] = table[numeric].round(round_to)
     table.attrs["cv_results"] = results

@@ -25,8 +25,8 @@ RANKS = {
     "arviz layer": 3,
     "__init__": 4,
 }
-# the top-level modules on the edges: summary, its accessor and plots (ArviZ's containers in and out)
-ARVIZ_LAYER = {"summary", "convergence", "accessor", "plots"}
+# the top-level modules on the edges: summary and its table, its accessor and plots (ArviZ's containers in and out)
+ARVIZ_LAYER = {"summary", "summary_table", "convergence", "accessor", "plots"}
 # used by every layer: they import nothing of the package but each other, and their optional
 # dependencies (dask, rich) only when used
 EVERYWHERE = {"cluster", "progress"}

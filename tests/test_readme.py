@@ -28,11 +28,28 @@ def _check(table):
     assert np.all(np.isfinite(table[["cv_mean", "cv_mcse"]].to_numpy()))
 
 
-def test_readme_pymc_example():
+def _printed(section):
+    body = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```text\n(.*?)```", body, re.S)[0].splitlines()
+
+
+def _check_printed(section, shown):
+    """The output printed under the example has the table's columns, rows and layout (the digits
+    differ from one stack's sampler to the other's)."""
+    printed, shown = _printed(section), shown.splitlines()
+    assert printed[0].split() == shown[0].split()
+    assert [line.split()[0] for line in printed[1:3]] == [line.split()[0] for line in shown[1:3]]
+    if printed[-1].startswith("["):  # the footer, or the output ends at the last row
+        assert printed[-1] == shown[-1]
+    assert max(len(line) for line in shown) <= 80
+
+
+def test_readme_pymc_example(capsys):
     namespace = {}
     exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
     _check(namespace["table"])
     assert {"mu", "sigma"} <= set(namespace["table"].index)
+    _check_printed("Use with PyMC", repr(namespace["table"]))
 
 
 @pytest.mark.slow
@@ -40,6 +57,7 @@ def test_readme_stan_example():
     namespace = {}
     exec(compile(_example("Use with Stan"), "README.md (Stan)", "exec"), namespace)
     _check(namespace["table"])
+    _check_printed("Use with Stan", repr(namespace["table"]))
 
 
 def test_readme_bambi_example():
