@@ -19,8 +19,11 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "notebooks/README.md"]
 
-# the notebooks are executed by the test suite (nbmake); here they are shown as stored
+# the notebooks are executed by the test suite (nbmake); here they are shown as stored, which in CI is
+# with the outputs of that run (nbmake --overwrite).  The samplers' progress on stderr is left out.
 nb_execution_mode = "off"
+nb_output_stderr = "remove"
+nb_merge_streams = True
 myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 
