@@ -11,12 +11,15 @@ a different random subset of one NUTS run per task.  Half of the test inputs are
 tasks, the other half are estimated with MC, control functionals (per task, on the same 10 draws)
 and the Meta-CV.  The reference is a separate long NUTS run (4 x 2,500 draws) corrected by ZV-2.
 
-Usage: python examples/hierarchical_gp_metacv.py   (env GP_TASKS=340, GP_N=10, GP_ITERS=3000)
+Usage: python examples/hierarchical_gp_metacv.py   (env GP_TASKS=340, GP_N=10, GP_ITERS=3000, GP_DRAWS=1000
+       draws per chain of the run the tasks come from, GP_REF_DRAWS=2500 per chain of the reference)
+Small settings (for CI):  GP_TASKS=20 GP_ITERS=50 GP_DRAWS=100 GP_REF_DRAWS=250 python examples/hierarchical_gp_metacv.py
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
 
@@ -77,18 +80,20 @@ def main():
     n_tasks = int(os.environ.get("GP_TASKS", 340))
     N = int(os.environ.get("GP_N", 10))
     iters = int(os.environ.get("GP_ITERS", 3000))
+    draws = int(os.environ.get("GP_DRAWS", 1000))
+    ref_draws = int(os.environ.get("GP_REF_DRAWS", 2500))
     z, y, z_all = load()
     z_test = z_all[np.linspace(0, z_all.size - 1, n_tasks).astype(int)]
     model = build_model(z, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
-        amp_r, ls_r, X_r, S_r = run(model, 2500, 4, seed=100)
+        amp_r, ls_r, X_r, S_r = run(model, ref_draws, 4, seed=100)
         F_r = predictive_means(amp_r, ls_r, z, y, z_test)
-        ref = pymc_cv.cv_estimate(F_r, X_r, S_r, method="zv2", chain=np.repeat(np.arange(4), 2500))
-        print(f"reference: 10,000 draws, ZV-2; se of the reference <= {np.max(ref.se):.2e} "
+        ref = pymc_cv.cv_estimate(F_r, X_r, S_r, method="zv2", chain=np.repeat(np.arange(4), ref_draws))
+        print(f"reference: {4 * ref_draws:,} draws, ZV-2; se of the reference <= {np.max(ref.se):.2e} "
               f"(plain MCMC se up to {np.max(ref.mc_se):.2e}); {time.perf_counter() - start:.0f} s")
-        amp, ls, X, S = run(model, 1000, 2, seed=1)
+        amp, ls, X, S = run(model, draws, 2, seed=1)
         F = predictive_means(amp, ls, z, y, z_test)
     rng = np.random.default_rng(0)
     picks = [rng.choice(amp.size, size=N, replace=False) for _ in range(n_tasks)]
@@ -98,7 +103,7 @@ def main():
     truth = ref.estimate[test]
 
     start = time.perf_counter()
-    mcv = pymc_cv.MetaCV(hidden=(64, 64), meta_iterations=iters, random_seed=0, progressbar=True)
+    mcv = pymc_cv.MetaCV(hidden=(64, 64), meta_iterations=iters, random_seed=0, progressbar=sys.stdout.isatty())
     mcv.meta_fit([tasks[j] for j in np.flatnonzero(train)])
     meta_s = time.perf_counter() - start
     start = time.perf_counter()

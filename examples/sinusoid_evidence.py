@@ -6,10 +6,15 @@ temperatures several modes share the mass.  The parameter is one-dimensional: th
 comes from quadrature on a fine grid.  Used by ``examples/notebooks/multimodal_evidence.ipynb``,
 ``bench/population_ti.py`` and the population tests.
 
-Usage: python examples/sinusoid_evidence.py   (TI with NUTS per rung and with population MCMC)
+Usage: python examples/sinusoid_evidence.py   (TI with NUTS per rung and with population MCMC; SIN_DRAWS=1500
+       draws and SIN_TUNE=300 tuning steps per rung)
+Small settings (for CI):  SIN_DRAWS=200 SIN_TUNE=100 python examples/sinusoid_evidence.py
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 import pymc as pm
@@ -41,11 +46,12 @@ def frequency_model(y):
 def main():
     import pymc_cv
 
+    draws, tune = int(os.environ.get("SIN_DRAWS", 1500)), int(os.environ.get("SIN_TUNE", 300))
     model, exact = frequency_model(simulate(0))
     print(f"exact log p(y) = {exact:.4f}")
     for sampler in ("nuts", "population"):
-        res = pymc_cv.thermodynamic_integration(model, 16, draws=1500, tune=300, method="mc", sampler=sampler,
-                                                random_seed=1)
+        res = pymc_cv.thermodynamic_integration(model, 16, draws=draws, tune=tune, method="mc", sampler=sampler,
+                                                random_seed=1, progressbar=sys.stdout.isatty())
         print(f"{sampler:>10}: {res.log_evidence:.3f} +- {res.se:.3f} (error {res.log_evidence - exact:+.3f}), "
               f"reliable = {res.reliable}")
 

@@ -11,7 +11,8 @@ The reference is the evidence by one-dimensional quadrature over log x with the 
 Each replication samples the 31 power posteriors of the ladder t_i = ((i-1)/30)^5 with 80 draws
 each (2 chains x 40) and estimates log p(y) from the first m = 20, 40 and 80 draws per rung
 (m/2 per chain) with plain TI (MC), control functionals per rung (CF) and vv-CVs over groups of 4
-neighbouring rungs (learned B).  Settings: VDP_REPS (20), VDP_DRAWS ("20,40,80").
+neighbouring rungs (learned B).  Settings: VDP_REPS (20), VDP_DRAWS ("20,40,80"), VDP_TUNE (300 tuning
+steps per chain and rung).
 
 VDP_BACKEND=stan samples the rungs from stan_models/van_der_pol.stan with PyStan instead (Stan's
 RK45 at tolerance 1e-8; the reference is then the quadrature with solve_ivp) and takes log p(y|x)
@@ -21,6 +22,7 @@ VDP_SAMPLER=population (PyMC backend) samples all rungs together by population M
 moves (pymc_cv.sample_population) instead of an independent NUTS run per rung.
 
 Usage: python examples/van_der_pol_evidence.py
+Small settings (for CI):  VDP_REPS=1 VDP_DRAWS=20 VDP_TUNE=100 python examples/van_der_pol_evidence.py
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def subsample(draws, m):
     return out
 
 
-def stan_rungs(t, y, draws, seed):
+def stan_rungs(t, y, draws, seed, tune=300):
     """One PyStan fit per temperature of stan_models/van_der_pol.stan, and their TI terms."""
     import stan
 
@@ -158,7 +160,7 @@ def stan_rungs(t, y, draws, seed):
     fits = []
     for i, ti in enumerate(t):
         posterior = stan.build(program, data={**data, "temperature": float(ti)}, random_seed=1000 * seed + i)
-        fits.append(posterior.sample(num_chains=2, num_samples=draws // 2, num_warmup=300, init=[{"x": 1.0}] * 2))
+        fits.append(posterior.sample(num_chains=2, num_samples=draws // 2, num_warmup=tune, init=[{"x": 1.0}] * 2))
     return ti_from_pystan(fits, program, data, t, method="mc", progressbar=False)
 
 
@@ -167,6 +169,7 @@ def main():
     sampler = os.environ.get("VDP_SAMPLER", "nuts")
     reps = int(os.environ.get("VDP_REPS", 20))
     ms = [int(v) for v in os.environ.get("VDP_DRAWS", "20,40,80").split(",")]
+    tune = int(os.environ.get("VDP_TUNE", 300))
     y = simulate(0)
     truth, rel = log_evidence_quadrature(y)
     exact, _ = log_evidence_quadrature(y, solve_exact)
@@ -185,11 +188,11 @@ def main():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
             if backend == "stan":
-                base = stan_rungs(t, y, max(ms), rep)
+                base = stan_rungs(t, y, max(ms), rep, tune)
                 base.seconds["sampling"] = time.perf_counter() - start
             else:
                 base = pymc_cv.thermodynamic_integration(
-                    model, t, draws=max(ms) // 2, tune=300, chains=2, method="mc", random_seed=rep,
+                    model, t, draws=max(ms) // 2, tune=tune, chains=2, method="mc", random_seed=rep,
                     sampler=sampler, progressbar=False, compile_kwargs={"mode": "NUMBA"},
                 )
             sampling += time.perf_counter() - start
@@ -206,7 +209,7 @@ def main():
 
     how = sampler if backend == "pymc" else "NUTS per rung"
     print(f"\nvan der Pol ({backend}, {how}), 31 rungs, {reps} replications; reference log p(y) = {truth:.4f}; "
-          f"sampling {sampling / reps:.1f} s per replication (31 rungs x 80 draws)")
+          f"sampling {sampling / reps:.1f} s per replication (31 rungs x {max(ms)} draws)")
     print(f"{'m per rung':>10} {'method':>6} {'sd':>8} {'bias':>8} {'rmse':>8} {'seconds':>8}")
     for m in ms:
         for name in methods:
