@@ -16,13 +16,16 @@ estimates (how sharp the se is: 1 is exact, 2 understates what the CV bought 4x 
 Targets: coverage >= 90% among reliable results in every cell, and at least half flagged reliable
 wherever CV beats MC by 2x; median se / RMSE <= 2 wherever CV beats MC by 2x.
 
-    python bench/se_coverage.py [reps=40]
+    python bench/se_coverage.py [reps=40]      (SE_FIGURE: where the heat maps go, default
+                                                docs/_static/se_coverage.png; "" for none)
+    python bench/se_coverage.py --figure OUT   (the heat maps again, from the table a run printed to OUT)
     python bench/se_coverage.py REPS SAMPLER D N [SEED]   (one cell, e.g. 150 mcmc 1 1000 11: more
                                                           replications where 30 cannot tell 85% from 95%)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -96,18 +99,80 @@ def cell(d, n, sampler, reps, seed, funcs=None, truth=None, target=None):
     return out
 
 
+def figure(grid, reps, path):
+    """Heat maps of the grid: 2-se coverage among reliable results (red below the 90% target) and the
+    median |CV error| / |MC error|, rows the draws and dimension, columns the size and integrand."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm, TwoSlopeNorm
+
+    rows = [(sampler, d) for sampler in ("iid", "mcmc") for d in DIMS]
+    cols = [(n, name) for n in SIZES for name in NAMES]
+    cover = np.array([[grid[s, d, n][NAMES.index(name)].coverage for n, name in cols] for s, d in rows])
+    ratio = np.array([[grid[s, d, n][NAMES.index(name)].error_ratio for n, name in cols] for s, d in rows])
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    # (values, colours, title, cell text, whether the cell is dark enough for white text)
+    # red below the 90% target, green above
+    panels = ((cover, dict(cmap="RdYlGn", norm=TwoSlopeNorm(0.9, 0.7, 1.0)), "2-se coverage among reliable results",
+               lambda v: f"{v:.0%}", lambda v: False),
+              (ratio, dict(cmap="viridis", norm=LogNorm(1e-5, 1.0)), "median |CV error| / |MC error|",
+               lambda v: f"{v:.1g}", lambda v: v < 3e-2))
+    for ax, (values, style, title, text, dark) in zip(axes, panels):
+        image = ax.imshow(values, aspect="auto", **style)
+        for i, j in np.ndindex(values.shape):
+            if np.isfinite(values[i, j]):
+                ax.text(j, i, text(values[i, j]), ha="center", va="center", fontsize=6.5,
+                        color="w" if dark(values[i, j]) else "k")
+        ax.set_xticks(range(len(cols)))
+        ax.set_xticklabels([f"{name}\nn={n}" for n, name in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{s} d={d}" for s, d in rows], fontsize=8)
+        for k in range(1, len(SIZES)):
+            ax.axvline(k * len(NAMES) - 0.5, color="w", lw=2)
+        ax.axhline(len(DIMS) - 0.5, color="w", lw=2)
+        ax.set_title(title, fontsize="medium")
+        fig.colorbar(image, ax=ax, fraction=0.04)
+    fig.suptitle(f"bench/se_coverage.py: cv_estimate(method='auto') on N(0, I_d), {reps} replications a cell",
+                 fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def grid_from_output(path):
+    """The grid and the number of replications from the table a run of ``main`` printed."""
+    grid, reps = {}, None
+    with open(path) as fh:
+        for line in fh:
+            if line.startswith("2-se coverage among reliable"):
+                reps = int(line.rsplit(",", 1)[1].split()[0])
+            parts = [p.strip() for p in line.strip().strip("|").split("|")]
+            if len(parts) != 4 + len(NAMES) or parts[0] not in ("iid", "mcmc"):
+                continue
+            cells = []
+            for entry in parts[3:3 + len(NAMES)]:
+                cov, share, ratio, sharp = (float(v.strip(" *%")) for v in entry.replace("**", "").split("/"))
+                cells.append(CellResult(cov / 100, share / 100, ratio, np.nan, sharp))
+            grid[parts[0], int(parts[1]), int(parts[2])] = cells
+    return grid, reps
+
+
 def main(reps=40):
     print(f"2-se coverage among reliable results / share reliable / median |CV err|/|MC err| / median se / RMSE, "
           f"{reps} reps per cell")
     print("| draws | d | n | " + " | ".join(NAMES) + " | seconds |")
     print("|---|---|---|" + "---|" * len(NAMES) + "---|")
-    misses, too_wide = [], []
+    misses, too_wide, grid = [], [], {}
     for sampler in ("iid", "mcmc"):
         for d in DIMS:
             for n in SIZES:
                 start = time.perf_counter()
                 res = cell(d, n, sampler, reps, seed=1000 * d + n + (0 if sampler == "iid" else 1))
                 secs = time.perf_counter() - start
+                grid[sampler, d, n] = res
                 parts = []
                 for name, c in zip(NAMES, res):
                     pays = c.error_ratio < 0.5
@@ -124,6 +189,10 @@ def main(reps=40):
     print(f"\ncells missing a coverage target (bold): {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)))
     print(f"cells where CV beats MC 2x with a median se above 2x the RMSE (starred): {len(too_wide)}"
           + ("" if not too_wide else ": " + "; ".join(too_wide)))
+    out = os.environ.get("SE_FIGURE", os.path.join(os.path.dirname(__file__), "..", "docs", "_static",
+                                                   "se_coverage.png"))
+    if out:
+        print("figure:", figure(grid, reps, out))
 
 
 def one_cell(reps, sampler, d, n, seed=None):
@@ -136,7 +205,10 @@ def one_cell(reps, sampler, d, n, seed=None):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
+    if sys.argv[1:2] == ["--figure"]:
+        print("figure:", figure(*grid_from_output(sys.argv[2]), os.environ.get(
+            "SE_FIGURE", os.path.join(os.path.dirname(__file__), "..", "docs", "_static", "se_coverage.png"))))
+    elif len(sys.argv) > 2:
         one_cell(int(sys.argv[1]), sys.argv[2], *(int(a) for a in sys.argv[3:]))
     else:
         main(int(sys.argv[1]) if len(sys.argv) > 1 else 40)

@@ -10,6 +10,7 @@ its stored gradients, and summary on those draws against nutpie's sampling time.
 
 Usage: python bench/workloads.py [draws] [model ...]     (draws per chain, default 1000; 4 chains)
        REF_FACTOR=k: the long-run reference (stochastic volatility) has k x draws per chain (default 10)
+       WORKLOADS_FIGURE: where the bar charts go (default docs/_static/workloads.png; "" for none)
        models: eight_schools logistic_regression varying_intercepts gp_regression stochastic_volatility
 Run it alone on the machine: timings next to other heavy jobs are not comparable.
 """
@@ -130,6 +131,41 @@ def run(name, draws):
     }
 
 
+def figure(rows, draws, path):
+    """Per model, two bar charts on log scales: summary's seconds over each sampler's (PyMC's NUTS, and
+    nutpie's without its compilation), and the median |CV error| / |MCMC error| of the mean and the sd."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pos = np.arange(len(rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.45 * len(rows) + 1.8), sharey=True)
+    left.barh(pos + 0.2, [r["summary"] / r["sample"] for r in rows], height=0.4, color="0.6",
+              label="over pm.sample (PyMC NUTS)")
+    if all(r["nutpie"] for r in rows):
+        left.barh(pos - 0.2, [r["nutpie"]["summary"] / r["nutpie"]["sample"] for r in rows], height=0.4,
+                  color="C0", label="over nutpie's sampling")
+    left.axvline(1.0, color="k", lw=0.8)
+    left.set_xscale("log")
+    left.set_xlabel("summary seconds / sampler seconds")
+    left.legend(fontsize="small")
+    right.barh(pos + 0.2, [r["median"] for r in rows], height=0.4, color="C0", label="mean")
+    right.barh(pos - 0.2, [r["sd_median"] for r in rows], height=0.4, color="C2", label="sd")
+    right.axvline(1.0, color="k", lw=0.8)
+    right.set_xscale("log")
+    right.set_xlabel("median |CV error| / |MCMC error| (PyMC draws)")
+    right.legend(fontsize="small")
+    left.set_yticks(pos)
+    left.set_yticklabels([r["model"].replace("_", " ") for r in rows], fontsize="small")
+    left.invert_yaxis()
+    fig.suptitle(f"bench/workloads.py, 4 x {draws:,} draws: pymc_cv.summary with defaults", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def main():
     args = sys.argv[1:]
     draws = int(args.pop(0)) if args and args[0].isdigit() else 1000
@@ -146,6 +182,10 @@ def main():
               f"| {r['az']:.2f} | {r['summary'] / r['sample']:.2f} | {meth} | {r['median']:.3f} | {r['worst']:.3f} "
               f"| {r['told']} | {r['coverage']:.0%} | {r['sd_median']:.3g} | {r['sd_coverage']:.0%} "
               f"| {r['cv_ess_ratio']:.3g} |")
+    out = os.environ.get("WORKLOADS_FIGURE", os.path.join(os.path.dirname(__file__), "..", "docs", "_static",
+                                                          "workloads.png"))
+    if out:
+        print("figure:", figure(rows, draws, out))
     if not _HAVE_NUTPIE:
         print("\nnutpie is not installed: no nutpie table")
         return
