@@ -108,6 +108,8 @@ def test_readme_evidence_example():
     exec(compile(_docs_example("guide/evidence.md"), "docs/guide/evidence.md", "exec"), namespace)
     res, truth = namespace["res"], _readme_model_log_evidence()
     assert res.stepping_stone is not None and any("stepping stones" in n for n in res.notes)
+    # the first stones by importance sampling from the prior's draws, not from MCMC at tiny t
+    assert res.stepping_stone.prior_steps > 0 and any("independent prior draws" in n for n in res.notes)
     assert abs(res.log_evidence - truth) < min(0.1, 3 * res.se)
 
 
@@ -126,6 +128,7 @@ def test_docs_evidence_ladders_smc_and_population():
     for name in ("adaptive", "smc", "population"):
         res = namespace[name]
         assert abs(res.log_evidence - truth) < 3 * res.se, name
+    assert namespace["population"].stepping_stone.prior_steps > 0
     assert namespace["fine"].log_evidence == pytest.approx(namespace["smc"].log_evidence, abs=1e-9)
     # not asserted: `reliable` of the adaptive ladder, whose 2 x 100-draw rungs fail the Stein check by chance
     # in about 1 run of 4 (issue 33's false alarms; docs/limitations.md)

@@ -43,10 +43,11 @@ class TISettings(NamedTuple):
 
 
 def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, settings, weights=None,
-                          moments=None):
+                          moments=None, prior_loglik=None):
     """Log evidence by TI from per-rung arrays (:class:`TISettings` ``settings``), rungs with a singular
-    integrand crossed by stepping stones; ``moments``: the rungs' moments when already fitted
-    (``pipeline.GroupFitter``)."""
+    integrand crossed by stepping stones (the first of them by importance sampling from the prior when
+    ``prior_loglik`` holds log p(y|x) at independent prior draws, or is a function returning them or
+    None, called only then); ``moments``: the rungs' moments when already fitted (``pipeline.GroupFitter``)."""
     method, rule, group_size, B, progressbar, random_seed, refine, options = settings
     options = {} if options is None else options
     if rule not in RULES:
@@ -90,7 +91,10 @@ def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain,
     reliable = _judge(sampled, loglik, chain, mom, qerr, sampling_se, notes, first=head)
     stones = None
     if head:
-        stones = stepping_stone(t[:head + 1], head_loglik, head_chain)
+        if callable(prior_loglik):
+            prior_loglik = prior_loglik()
+        stones = stepping_stone(t[:head + 1], head_loglik, head_chain,
+                                prior_loglik=prior_loglik if t[0] == 0.0 else None)
         value, mc_value = value + stones.log_evidence, mc_value + stones.log_evidence
         sampling_se, mc_sampling = np.hypot(sampling_se, stones.se), np.hypot(mc_sampling, stones.se)
         notes.append(_singular_note(t, head, stones, method))
@@ -113,7 +117,20 @@ def _singular_note(t, head, stones, method):
             f"k-hat above {SINGULAR_KHAT}): the prior puts mass where the likelihood vanishes (typically a scale "
             "parameter near 0), so E_t[log p(y|x)] is singular at t = 0 and no quadrature over the ladder "
             f"integrates it. Rungs 0-{head - 1} are crossed by stepping stones (log Z(t = {t[head]:.3g}) = "
-            f"{stones.log_evidence:.4g} +/- {stones.se:.2g}), TI ({method}) covers t >= {t[head]:.3g}.")
+            f"{stones.log_evidence:.4g} +/- {stones.se:.2g}), TI ({method}) covers t >= {t[head]:.3g}."
+            + _prior_note(t, stones))
+
+
+def _prior_note(t, stones):
+    j = stones.prior_steps
+    if not stones.prior_draws:
+        return ""
+    if not j:
+        return (f" The {stones.prior_draws} independent prior draws could not reach t = {t[1]:.3g} (importance "
+                "weights of too small an ESS), so every stone uses the rungs' own MCMC draws.")
+    return (f" Up to t = {t[j]:.3g} the stones are one importance-sampling step from {stones.prior_draws} "
+            f"independent prior draws (se {stones.prior_se:.2g}): MCMC draws at such small t visit the region "
+            "where the likelihood vanishes too seldom or too often.")
 
 
 def _judge(t, loglik, chain, mom, qerr, sampling_se, notes, first=0):
@@ -211,21 +228,23 @@ def _rung_rhat(loglik, chain):
     return out, limit
 
 
-def estimate_from_rungs(t, rungs, settings, moments=None, **seconds):
+def estimate_from_rungs(t, rungs, settings, moments=None, prior_loglik=None, **seconds):
     """:func:`estimate_log_evidence` on per-rung tuples (loglik, samples, grad_loglik, grad_logprior, chain), keeping
     the sampled rungs in ``.draws`` so other estimators can be run on the same ones
     (``ti_from_arrays(**res.draws, ...)``; with ``refine=`` ``res.temperatures`` is the refined ladder)."""
     ll, X, gl, gp, ch = map(list, zip(*rungs))
-    res = estimate_log_evidence(t, ll, X, gl, gp, ch, settings, moments=moments)
+    res = estimate_log_evidence(t, ll, X, gl, gp, ch, settings, moments=moments, prior_loglik=prior_loglik)
     res.seconds.update(seconds)
     res.draws = {"temperatures": np.asarray(t, dtype=float), "loglik": ll, "samples": X, "grad_loglik": gl,
                  "grad_logprior": gp, "chain": ch}
+    if res.stepping_stone is not None and res.stepping_stone.prior_draws:
+        res.draws["prior_loglik"] = res.stepping_stone.prior_loglik
     return res
 
 
 def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *, chain=None, method="vvcv",
                    rule="corrected", group_size=4, B="learn", progressbar=False, random_seed=0, weights=None,
-                   refine=None, **options):
+                   refine=None, prior_loglik=None, **options):
     """Log evidence by TI from per-rung arrays.
 
     Parameters
@@ -260,6 +279,11 @@ def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *,
         by weighted ZV-CVs (weighted averages with ``method="mc"``); no new sampling.  Lowers
         the quadrature error where E_t[log p(y|x)] bends between rungs.  The result's
         ``temperatures`` and ``moments`` then cover the refined ladder.
+    prior_loglik : array (n,) or None, optional
+        log p(y|x) at n independent draws of the prior.  Where the first rungs are singular
+        (crossed by stepping stones), the steps from t = 0 are then taken by importance sampling
+        from these draws as far as their weights' ESS allows (see
+        :func:`pymc_cv.evidence.stepping_stone.stepping_stone`); the PyMC drivers draw them.
     **options : passed to :func:`pymc_cv.cv_estimate` / :func:`pymc_cv.vvcv_estimate`.
 
     Returns
@@ -283,4 +307,5 @@ def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *,
     """
     t = np.asarray(temperatures, dtype=float)
     settings = TISettings(method, rule, group_size, B, progressbar, random_seed, refine, options)
-    return estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, settings, weights=weights)
+    return estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, settings, weights=weights,
+                                 prior_loglik=prior_loglik)

@@ -31,6 +31,7 @@ from .tempering import (
     compiled,
     loglik_terms,
     model_token,
+    prior_loglik,
     rung_arrays,
     rung_arrays_of,
     sample_rung,
@@ -59,6 +60,31 @@ class _Sampling(NamedTuple):
 # an exchange acceptance rate below this between neighbouring rungs: states barely travel along the
 # ladder there, so the population is no better than independent chains at that step
 _LOW_EXCHANGE = 0.1
+
+
+class _PriorDraws:
+    """log p(y|x) at independent draws of ``model``'s prior, drawn only when the estimator asks (when the
+    first rungs are singular and crossed by stepping stones)."""
+
+    def __init__(self, model, random_seed, compile_kwargs):
+        self.model, self.compile_kwargs = model, compile_kwargs
+        self.seed = np.random.default_rng([0 if random_seed is None else random_seed, 1])
+        self.reason = None
+
+    def __call__(self):
+        if self.model is None:
+            self.reason = "no model was given to draw the prior from"
+            return None
+        terms, _ = compiled(self.model, self.compile_kwargs, need_nuts=False)
+        ll, self.reason = prior_loglik(self.model, terms, random_seed=self.seed, compile_kwargs=self.compile_kwargs)
+        return ll
+
+    def estimate(self, t, rungs, settings, **kwargs):
+        res = estimate_from_rungs(t, rungs, settings, prior_loglik=self, **kwargs)
+        if self.reason:
+            res.notes.append(f"{self.reason}: the first stepping stones use the rungs' MCMC draws, which visit "
+                             "the region where the likelihood vanishes too seldom or too often at small t.")
+        return res
 
 
 def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", group_size=4, B="learn",
@@ -123,9 +149,19 @@ def _estimate_population(idata, model, settings, compile_kwargs):
     rungs = [RungArrays(ll[:, :, i].reshape(-1), X[:, :, i].reshape(n_chain * n_draw, -1),
                         gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
              for i in range(w)]
-    res = estimate_from_rungs(t, rungs, settings, compile=time.perf_counter() - start)
+    res = _PriorDraws(_model_or_none(model), settings.random_seed, compile_kwargs).estimate(
+        t, rungs, settings, compile=time.perf_counter() - start)
     _exchange_notes(res, idata, t)
     return res
+
+
+def _model_or_none(model):
+    import pymc as pm  # PyMC loads on first use: it takes seconds
+
+    try:
+        return pm.modelcontext(model)
+    except TypeError:  # no model given and none on the context stack: the run's own arrays suffice
+        return None
 
 
 def _population_terms(pop, model, compile_kwargs):
@@ -206,7 +242,8 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     terms = loglik_terms(model, compile_kwargs)
     rungs = [rung_arrays_of(idata, model, terms) for idata in idatas]
     settings = TISettings(method, rule, group_size, B, progressbar, random_seed, None, options)
-    return estimate_from_rungs(t, rungs, settings, terms=time.perf_counter() - start)
+    return _PriorDraws(model, random_seed, compile_kwargs).estimate(t, rungs, settings,
+                                                                    terms=time.perf_counter() - start)
 
 
 def _ladder(temperatures):
@@ -342,8 +379,8 @@ def thermodynamic_integration(model, temperatures=None, *, draws=100, tune=500, 
         if fitter is not None:
             moments = fitter.moments()
     with _smc_particles_named(sampler, len(t)):
-        return estimate_from_rungs(t, rungs, settings, moments=moments, sampling=time.perf_counter() - start,
-                                   compile=compile_seconds)
+        return _PriorDraws(model, random_seed, compile_kwargs).estimate(
+            t, rungs, settings, moments=moments, sampling=time.perf_counter() - start, compile=compile_seconds)
 
 
 @contextlib.contextmanager

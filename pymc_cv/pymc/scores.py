@@ -119,7 +119,7 @@ def posterior_fn(model, compile_kwargs):
                                              dict(compile_kwargs or {}))
 
 
-def _forward_transform_fn(model, compile_kwargs):
+def forward_transform_fn(model, compile_kwargs):
     """Compiled map from batched constrained draws of the free RVs to batched value variables."""
     from pytensor.graph.replace import graph_replace
 
@@ -259,7 +259,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         values = [_flat(post, v.name, n) for v in value_vars]
         fwd = None
     else:
-        fwd = _forward_transform_fn(model, compile_kwargs)
+        fwd = forward_transform_fn(model, compile_kwargs)
         # a float32 model (pytensor.config.floatX) takes float32 input, whatever the sampler stored
         constrained = [_flat(post, rv.name, n).astype(rv.dtype) for rv in model.free_RVs]
     score_fn, batched = _cached_score_fn(model, compile_kwargs)
