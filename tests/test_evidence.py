@@ -471,6 +471,22 @@ def test_prior_draws_of_a_pymc_model_give_its_tempered_evidence():
     assert ll is None and "PyMC cannot draw the prior" in why and "random" in why
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ti_starts_where_the_prior_draws_still_carry_half_their_ess(seed):
+    """With prior draws, the stones run up to the last rung where importance sampling from the prior keeps
+    half its ESS (or further, where the rungs' tails say so), and TI covers the rest."""
+    from pymc_cv.evidence.stepping_stone import prior_reach, singular_start
+
+    model, rng = _ScaleOnly(), np.random.default_rng(seed)
+    t = power_ladder(16)
+    d, prior = model.draws(t, 250, rng), model.prior_loglik(4000, rng)
+    res = ti_from_arrays(**d, prior_loglik=prior, method="cti")
+    start = max(prior_reach(t, prior), singular_start(d["loglik"]))
+    assert 0 < prior_reach(t, prior) < t.size - 2 and res.temperatures[0] == t[start]
+    assert res.stepping_stone.prior_steps > 0
+    assert res.reliable and abs(res.log_evidence - model.log_evidence()) < 3 * res.se < 0.1
+
+
 def test_prior_draws_must_start_at_the_prior():
     from pymc_cv.evidence.stepping_stone import stepping_stone
 

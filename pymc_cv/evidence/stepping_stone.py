@@ -23,8 +23,8 @@ import numpy as np
 from ..core.external import diagnostics
 from ..core.standard_errors import KHAT_THRESHOLD, mcse_mean, tail_khat
 
-__all__ = ["SteppingStone", "stepping_stone", "prior_importance", "singular_start", "SINGULAR_KHAT",
-           "PRIOR_MIN_ESS"]
+__all__ = ["SteppingStone", "stepping_stone", "prior_importance", "prior_reach", "singular_start",
+           "SINGULAR_KHAT", "PRIOR_MIN_ESS", "PRIOR_TI_ESS"]
 
 # Pareto k-hat of the lower tail of log p(y|x) at a rung above this: its variance is infinite, so
 # the rung's mean (TI's integrand) has no honest se there
@@ -34,6 +34,9 @@ SINGULAR_KHAT = 0.5
 # the prior draws as effective sample size (and at least PRIOR_MIN_DRAWS effective draws)
 PRIOR_MIN_ESS = 0.1
 PRIOR_MIN_DRAWS = 100
+# ... and TI starts no lower than the last rung where they keep half: there the prior's draws are about
+# as precise as the rungs', while TI's quadrature next to the singular end is not
+PRIOR_TI_ESS = 0.5
 
 
 @dataclass
@@ -99,6 +102,15 @@ def prior_importance(temperatures, prior_loglik):
     se = w.std(axis=1, ddof=1) / np.sqrt(ll.size) / mean
     ess = w.sum(axis=1) ** 2 / np.sum(w**2, axis=1)
     return log_z, se, ess
+
+
+def prior_reach(temperatures, prior_loglik, share=PRIOR_TI_ESS):
+    """Index of the last rung of a ladder from t = 0 that importance sampling from the prior's draws reaches
+    with an ESS of at least ``share`` of them (0 when not even the first)."""
+    t = np.asarray(temperatures, dtype=float)
+    _, _, ess = prior_importance(t[1:], prior_loglik)
+    ok = ess >= share * np.asarray(prior_loglik).size
+    return t.size - 1 if ok.all() else int(np.argmin(ok))
 
 
 def stepping_stone(temperatures, loglik, chain=None, prior_loglik=None):

@@ -23,7 +23,7 @@ from .quadrature import RULES, integrate, quadrature_error
 from .result import TIResult
 from .reweighting import reweighted_ladder
 from .rung_moments import METHODS, check_rung_counts, concat_moments, rung_moments
-from .stepping_stone import SINGULAR_KHAT, singular_start, stepping_stone
+from .stepping_stone import PRIOR_TI_ESS, SINGULAR_KHAT, prior_reach, singular_start, stepping_stone
 
 __all__ = ["ti_from_arrays", "TISettings", "estimate_log_evidence", "estimate_from_rungs"]
 
@@ -61,6 +61,12 @@ def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain,
     # where log p(y|x) has a lower tail of infinite variance, TI's integrand is singular: those rungs
     # are crossed by stepping stones and TI starts after them (weighted SMC rungs are not judged)
     head = min(singular_start(loglik), t.size - 2) if weights is None and t.size > 2 else 0
+    if head and t[0] == 0.0 and prior_loglik is not None:
+        prior_loglik = prior_loglik() if callable(prior_loglik) else prior_loglik
+        if prior_loglik is not None:
+            # the rungs' k-hat (a few hundred draws) may end the singular part early, where TI's
+            # integrand is still steep; the prior's draws carry the estimate that far as precisely
+            head = max(head, min(prior_reach(t, prior_loglik), t.size - 2))
     ts = t[head:]
     head_loglik = list(loglik)[:head]
     head_chain = None if chain is None else list(chain)[:head]
@@ -88,15 +94,14 @@ def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain,
                                       source=source, from_prior=whole)
     mc_qerr = quadrature_error(ts, mom.mc_mean, mom.mc_var, rule=rule, from_prior=whole)
     notes = list(mom.notes)
-    reliable = _judge(sampled, loglik, chain, mom, qerr, sampling_se, notes, first=head)
     stones = None
     if head:
-        if callable(prior_loglik):
-            prior_loglik = prior_loglik()
         stones = stepping_stone(t[:head + 1], head_loglik, head_chain,
                                 prior_loglik=prior_loglik if t[0] == 0.0 else None)
         value, mc_value = value + stones.log_evidence, mc_value + stones.log_evidence
         sampling_se, mc_sampling = np.hypot(sampling_se, stones.se), np.hypot(mc_sampling, stones.se)
+    reliable = _judge(sampled, loglik, chain, mom, qerr, sampling_se, notes, first=head)
+    if head:
         notes.append(_singular_note(t, head, stones, method))
         if not stones.reliable:
             reliable = False
@@ -113,7 +118,7 @@ def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain,
 
 
 def _singular_note(t, head, stones, method):
-    return (f"log p(y|x) has a lower tail of infinite variance at the rungs below t = {t[head]:.3g} (Pareto "
+    return (f"log p(y|x) has a lower tail of infinite variance at the first rungs (Pareto "
             f"k-hat above {SINGULAR_KHAT}): the prior puts mass where the likelihood vanishes (typically a scale "
             "parameter near 0), so E_t[log p(y|x)] is singular at t = 0 and no quadrature over the ladder "
             f"integrates it. Rungs 0-{head - 1} are crossed by stepping stones (log Z(t = {t[head]:.3g}) = "
@@ -130,7 +135,8 @@ def _prior_note(t, stones):
                 "weights of too small an ESS), so every stone uses the rungs' own MCMC draws.")
     return (f" Up to t = {t[j]:.3g} the stones are one importance-sampling step from {stones.prior_draws} "
             f"independent prior draws (se {stones.prior_se:.2g}): MCMC draws at such small t visit the region "
-            "where the likelihood vanishes too seldom or too often.")
+            "where the likelihood vanishes too seldom or too often. TI starts no lower than where these draws "
+            f"keep an ESS of {PRIOR_TI_ESS:g} of their number.")
 
 
 def _judge(t, loglik, chain, mom, qerr, sampling_se, notes, first=0):

@@ -6,7 +6,9 @@
 - :func:`ti_from_population` takes a population-MCMC run (all rungs in one InferenceData).
 
 Each turns its draws into per-rung arrays once (log p(y|x), draws, gradients) and hands them to
-:func:`pymc_cv.evidence.thermodynamic_integration.estimate_from_rungs`.
+:func:`pymc_cv.evidence.thermodynamic_integration.estimate_from_rungs`.  Where the first rungs turn out
+singular (a scale parameter near 0), each also draws the model's prior (``tempering.prior_loglik``) for
+the first stepping stones.
 """
 
 from __future__ import annotations
