@@ -60,16 +60,28 @@ def _chain_spread_se(resid):
     rows, n_chain, n_draw = resid.shape
     means = resid.mean(axis=2)
     sd = resid.std(axis=2, ddof=1)
-    ess = compat.ess_mean(resid.reshape(rows * n_chain, 1, n_draw)).reshape(rows, n_chain)
-    se = sd / np.sqrt(np.clip(ess, 1.0, n_draw))
+    limit = stats.chi2.isf(_DISAGREE_LEVEL, n_chain - 1)
+    # q = min over c of sum w (mean - c)^2 grows with every weight, so q at the largest weights
+    # (ESS = draws) bounds it: only rows over the limit there need their chains' ESS
+    ess = np.full((rows, n_chain), float(n_draw))
+    suspect = _disagreement(means, sd, ess, n_draw) > limit
+    if suspect.any():
+        ess[suspect] = compat.ess_mean(resid[suspect].reshape(-1, 1, n_draw)).reshape(-1, n_chain)
+    q = _disagreement(means, sd, ess, n_draw)
     out = np.full(rows, np.nan)
+    disagree = suspect & np.isfinite(q) & (q > limit)
+    out[disagree] = means[disagree].std(axis=1, ddof=1) / np.sqrt(n_chain)
+    return out
+
+
+def _disagreement(means, sd, ess, n_draw):
+    """(rows,): the chains' chi-square, sum over chains of (mean - pooled mean)^2 / se^2, each chain's
+    se = sd / sqrt(ESS) with the ESS capped at its draws."""
+    se = sd / np.sqrt(np.clip(ess, 1.0, n_draw))
     with np.errstate(divide="ignore", invalid="ignore"):
         w = 1.0 / se**2
         pooled = np.sum(w * means, axis=1) / np.sum(w, axis=1)
-        q = np.sum(w * (means - pooled[:, None]) ** 2, axis=1)
-    disagree = np.isfinite(q) & (q > stats.chi2.isf(_DISAGREE_LEVEL, n_chain - 1))
-    out[disagree] = means[disagree].std(axis=1, ddof=1) / np.sqrt(n_chain)
-    return out
+        return np.sum(w * (means - pooled[:, None]) ** 2, axis=1)
 
 
 def divergence_note(n_divergent, n_draws):

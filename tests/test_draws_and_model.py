@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import pymc_cv
 from pymc_cv.convergence import divergence_note, row_convergence
@@ -174,6 +175,29 @@ def test_the_chains_spread_sets_the_se_only_where_they_disagree():
     assert np.isnan(conv.chain_spread_se[0]) and conv.notes[0] == ""
     assert conv.chain_spread_se[1] == pytest.approx(np.std(resid[1].mean(axis=1), ddof=1) / 2)
     assert "disagree" in conv.notes[1]
+
+
+def test_the_chains_spread_is_judged_at_their_own_ess():
+    # AR(1) residuals (ESS about a twentieth of the draws): offsets that look like disagreement at
+    # ESS = draws are chance at the chains' ESS; larger ones are not
+    rng = np.random.default_rng(3)
+    rows, n_chain, n_draw = 6, 4, 1000
+    e = rng.normal(size=(rows, n_chain, n_draw))
+    resid = np.empty_like(e)
+    resid[..., 0] = e[..., 0]
+    for t in range(1, n_draw):
+        resid[..., t] = 0.9 * resid[..., t - 1] + e[..., t]
+    resid += np.array([0.0, 0.4, 0.8, 1.2, 6.0, 10.0])[:, None, None] * np.array([0, 0, 1, 1])[None, :, None]
+    conv = row_convergence(rng.normal(size=resid.shape), resid)
+    ess = np.clip(pymc_cv.compat.ess_mean(resid.reshape(-1, 1, n_draw)).reshape(rows, n_chain), 1, n_draw)
+    w = ess / resid.var(axis=2, ddof=1)
+    means = resid.mean(axis=2)
+    pooled = np.sum(w * means, axis=1) / np.sum(w, axis=1)
+    q = np.sum(w * (means - pooled[:, None]) ** 2, axis=1)
+    disagree = q > stats.chi2.isf(1e-3, n_chain - 1)
+    assert list(disagree) == [False, False, False, False, True, True]
+    np.testing.assert_allclose(conv.chain_spread_se[disagree], means[disagree].std(axis=1, ddof=1) / 2)
+    assert np.isnan(conv.chain_spread_se[~disagree]).all()
 
 
 def test_few_divergences_flag_only_the_rows_where_they_sit():

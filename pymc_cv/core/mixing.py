@@ -37,10 +37,16 @@ def unmixed_columns(values, chain):
     if not live.any():
         return out
     found = diagnostics()
-    r = np.atleast_1d(np.asarray(found.rhat(V[live]), dtype=float))
-    ess = sum(np.atleast_1d(np.asarray(found.ess_bulk(V[live][:, c:c + 1]), dtype=float)) for c in range(labels.size))
+    cols = np.flatnonzero(live)
+    r = np.atleast_1d(np.asarray(found.rhat(V[cols]), dtype=float))
+    # the limit is never below the floor, so only columns above it need the per-chain ESS (each
+    # column's is as costly as its R-hat, four times over with four chains)
+    cols, r = cols[r > _RHAT_FLOOR], r[r > _RHAT_FLOOR]
+    if not cols.size:
+        return out
+    ess = sum(np.atleast_1d(np.asarray(found.ess_bulk(V[cols][:, c:c + 1]), dtype=float)) for c in range(labels.size))
     limit = 1.0 + np.maximum(_RHAT_FLOOR - 1.0, _RHAT_NOISE / np.maximum(ess, 1e-12))
-    for j, rj, lj in zip(np.flatnonzero(live), r, limit):
+    for j, rj, lj in zip(cols, r, limit):
         if rj > lj:
             out[int(j)] = (float(rj), float(lj))
     return out
