@@ -215,6 +215,29 @@ def test_thermodynamic_integration_from_pystan_fits():
         ti_from_pystan(fits, program, {"N": 4, "y": y.tolist()}, t, progressbar=False)
 
 
+def test_each_draw_is_split_for_stan_as_httpstan_splits_it():
+    """Draws are handed to Stan's transform_inits pre-split (Stan's column-major order, float values):
+    the same lists httpstan's own split of the draw's dict gives, for scalars, vectors and matrices."""
+    import xarray as xr
+    from httpstan.utils import _split_data
+
+    from pymc_cv.stan.convert import _constrained_draws
+
+    rng = np.random.default_rng(3)
+    post = xr.Dataset({"s": (("chain", "draw"), rng.normal(size=(2, 5))),
+                       "v": (("chain", "draw", "i"), rng.normal(size=(2, 5, 3))),
+                       "m": (("chain", "draw", "r", "c"), rng.normal(size=(2, 5, 2, 4)))})
+    draws = _constrained_draws(post, ["m", "s", "v"])
+    assert len(draws) == 10
+    for k, draw in enumerate(draws):
+        c, j = divmod(k, 5)
+        assert draw["m"] == post["m"].values[c, j].tolist()
+        names, values, dims, *ints = _split_data(dict(draw))
+        assert draw.split[0] == names and draw.split[2] == [tuple(d) for d in dims] and draw.split[3:] == tuple(ints)
+        assert draw.split[1] == [float(v) for v in values]
+        assert draw.split[1][:8] == post["m"].values[c, j].ravel(order="F").tolist()
+
+
 @pytest.mark.slow
 def test_van_der_pol_program_matches_the_pymc_example():
     """stan_models/van_der_pol.stan and examples/van_der_pol_evidence.py define the same likelihood

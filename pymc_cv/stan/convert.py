@@ -98,7 +98,9 @@ class _StanDensity:
         httpstan's extension functions take the data as a dict and split it into Stan's
         array_var_context lists (in Python, ``httpstan.utils._split_data``) on every call: on 1,192
         observations that was 94% of a draw's scores (4.6 ms of 4.9).  The split is made once here and
-        handed back for this density's data; any other data is split as before."""
+        handed back for this density's data, and a draw from :func:`_constrained_draws` brings its own
+        split (the parameters of a draw cost as much to split as small data); anything else is split as
+        before."""
         if self.direct is None:
             yield self
             return
@@ -108,7 +110,13 @@ class _StanDensity:
         names_r, values_r, dim_r, names_i, values_i, dim_i = original(self.data)
         # plain floats and ints: the extension casts every element, and numpy scalars cast slower
         split = (names_r, [float(v) for v in values_r], dim_r, names_i, [int(v) for v in values_i], dim_i)
-        httpstan.utils._split_data = lambda data: split if data is self.data else original(data)
+
+        def split_once(data):
+            if data is self.data:
+                return split
+            return data.split if isinstance(data, _Draw) else original(data)
+
+        httpstan.utils._split_data = split_once
         try:
             yield self
         finally:
@@ -121,12 +129,13 @@ class _StanDensity:
 
     def log_prob(self, unconstrained):
         if self.direct is not None:
-            return float(self.direct.log_prob(self.data, list(unconstrained), True))
+            return float(self.direct.log_prob(self.data, np.asarray(unconstrained, dtype=float).tolist(), True))
         return float(self.posterior.log_prob(list(unconstrained), adjust_transform=True))
 
     def grad(self, unconstrained):
         if self.direct is not None:
-            return np.asarray(self.direct.log_prob_grad(self.data, list(unconstrained), True), dtype=float)
+            point = np.asarray(unconstrained, dtype=float).tolist()
+            return np.asarray(self.direct.log_prob_grad(self.data, point, True), dtype=float)
         return np.asarray(self.posterior.grad_log_prob(list(unconstrained)), dtype=float)
 
 
@@ -232,6 +241,13 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
     return _finish(idata, X, G, density.backend)
 
 
+class _Draw(dict):
+    """One draw's constrained parameter values, carrying them also in the split form httpstan's
+    extension functions build from a dict on every call (``split``), made once for all draws."""
+
+    split = None
+
+
 def _constrained_draws(post, names):
     """One dict of constrained parameter values per draw, chain after chain, from the posterior
     group (so the draws line up with every other group of the InferenceData)."""
@@ -240,8 +256,18 @@ def _constrained_draws(post, names):
         raise ValueError(f"The fit has no draws of the program's parameters {missing}: were the fit and the "
                          "model the same program?")
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
-    arrays = {n: np.asarray(post[n].transpose("chain", "draw", ...).values) for n in names}
-    return [{n: arrays[n][c, j].tolist() for n in names} for c in range(n_chain) for j in range(n_draw)]
+    arrays = {n: np.asarray(post[n].transpose("chain", "draw", ...).values, dtype=float).reshape(
+        n_chain * n_draw, *post[n].shape[2:]) for n in names}
+    # Stan reads arrays in column-major order: each draw's axes reversed, then flattened
+    flat = np.hstack([a.transpose(0, *range(a.ndim - 1, 0, -1)).reshape(len(a), -1) for a in arrays.values()])
+    head = ([n.encode("utf-8") for n in names], [a.shape[1:] for a in arrays.values()])
+    listed = {n: a.tolist() for n, a in arrays.items()}
+    draws = []
+    for i, values in enumerate(flat.tolist()):
+        draw = _Draw({n: v[i] for n, v in listed.items()})
+        draw.split = (head[0], values, head[1], [], [], [])
+        draws.append(draw)
+    return draws
 
 
 def _program_and_data(model, data):
