@@ -104,7 +104,8 @@ class TemperedSampler:
 def loglik_terms(model, compile_kwargs=None):
     """A function of the value-variable draws (each (n, *shape)) returning, per draw,
     log p(y|x) (n,), grad log p(y|x) and grad log p(x) (Jacobian included), both (n, d),
-    flattened in the order of ``model.value_vars`` (the order of the ``score`` group).
+    flattened in the order of ``model.value_vars`` (the order of the ``score`` group); its
+    ``loglik`` attribute returns log p(y|x) alone.
 
     The gradient graphs are built now and compiled at the first call.  That order matters for
     models with a ``scan`` (ODE solvers): compiling a function rewrites the shared Scan's inner
@@ -134,6 +135,16 @@ def loglik_terms(model, compile_kwargs=None):
         flat = [np.asarray(g, dtype=float).reshape(n, -1) for g in out[1:]]
         return np.asarray(out[0], dtype=float), np.concatenate(flat[:k], axis=1), np.concatenate(flat[k:], axis=1)
 
+    loglik_only = []
+
+    def loglik_at(*draws):
+        # without the gradients: a third of the cost on an ODE model, and the prior's draws need none
+        if not loglik_only:
+            loglik_only.append(batched([inputs[v] for v in values], [loglik], inputs, dict(compile_kwargs or {})))
+        out = loglik_only[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        return np.asarray(out[0], dtype=float)
+
+    terms.loglik = loglik_at
     return terms
 
 
@@ -192,7 +203,7 @@ def prior_loglik(model, terms, draws=PRIOR_DRAWS, random_seed=None, compile_kwar
     except NotImplementedError as err:
         return None, f"PyMC cannot draw the prior ({str(err).splitlines()[0]})"
     vals = forward_transform_fn(model, dict(compile_kwargs or {}))(*raw)
-    ll, _, _ = terms(*vals)
+    ll = terms.loglik(*vals)
     bad = np.isnan(ll) | (ll == np.inf)
     if bad.any():
         return None, f"log p(y|x) is nan or +inf at {bad.sum()} of {draws} prior draws"
