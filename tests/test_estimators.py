@@ -256,3 +256,24 @@ def test_auto_skips_a_full_quadratic_basis_that_would_take_minutes():
     bases, _ = _planned_methods("auto", 4_000, 10, notes)
     assert (2, True) in bases and notes == []
     assert (2, True) in _planned_methods("zv2", 20_000, 89)[0]  # asked for by name: fitted
+
+
+def test_the_cf_shares_the_secf_kernel_only_where_that_costs_it_nothing_held_out():
+    """One kernel for CF and SECF (one N x N factorisation, not two) when, on the tuning draws, the
+    better design under it is as good held-out as the two kernels tuned apart; not when the SECF's
+    kernel is ten times too short for the CF."""
+    from pymc_cv.core.estimate import _one_kernel_suffices
+    from pymc_cv.core.kernels import make_kernel
+    from pymc_cv.core.problem import KernelSpec
+
+    x, s = gaussian_draws(300, 2, 4)
+    f = np.column_stack([np.sin(x[:, 0]) + np.cos(x[:, 1]), np.exp(x[:, 0] / 2)])
+    good = make_kernel("se", 2, x)
+    cf = KernelSpec(good, np.ones((1, 1)), 1e-6, [0])
+    notes = []
+    assert _one_kernel_suffices([(cf, 0), (cf._replace(orders=[2]), 2)], x, s, f, notes)
+    assert "leave-one-out error is 1.00x" in notes[0]
+    short = good.with_log_params(good.log_params() + np.log(0.1))
+    secf = KernelSpec(short, np.ones((1, 1)), 1e-6, [2])
+    assert not _one_kernel_suffices([(cf, 0), (secf, 2)], x, s, f, notes)
+    assert len(notes) == 1

@@ -154,28 +154,80 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
     pool = cols if opts.tune_columns is None else np.intersect1d(cols, opts.tune_columns)
     pool = pool if pool.size else cols
     tcols = pool[np.unique(np.linspace(0, pool.size - 1, min(pool.size, _MAX_TUNE_COLUMNS)).astype(int))]
-    out = []
     # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
     # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
+    tuned = []
     for o in orders:
         tune_order = o if opts.poly_order != "auto" else min(o, _secf_order(n_tune, d, "auto"))
         kernel = make_kernel(opts.kernel, d, X, ard=opts.ard if opts.ard != "auto" else d <= 20)
         kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
-        spec = KernelSpec(kernel, np.ones((1, 1)), nugget, [o])
-        out += _fit_with(spec, problem._replace(Y=Y[:, cols]), cols, opts, rng, notes, weights)
+        tuned.append((KernelSpec(kernel, np.ones((1, 1)), nugget, [o]), tune_order))
+    fitted = problem._replace(Y=Y[:, cols])
+    factors = [_TRY] * len(tuned)
+    if len(tuned) == 2 and _SHARE_MIN_N <= n <= opts.exact_max_n:
+        # only a costly N x N fit is worth sharing: a low-rank factor's fit costs a fraction of it
+        factors[1] = low_rank_factor(fitted, _per_point(tuned[1][0], weights), opts.exact_max_n, rng)
+        if factors[1] is None and _one_kernel_suffices(tuned, X[idx], S[idx], Y[np.ix_(idx, tcols)], notes):
+            tuned, factors = [(tuned[1][0]._replace(orders=orders), None)], [None]
+    out = []
+    for (spec, _), factor in zip(tuned, factors):
+        out += _fit_with(spec, fitted, cols, opts, rng, notes, weights, factor)
     return out
 
 
-def _fit_with(spec, problem, cols, opts, rng, notes, weights):
+_TRY = object()  # _fit_with's factor: look for one
+
+
+def _per_point(spec, weights):
+    """Repeated draws are one point each, with nugget / multiplicity."""
+    return spec if weights is None else spec._replace(nugget=spec.nugget / weights)
+
+
+# the SECF's kernel serves the CF too when, on the tuning draws, the better of the two designs under it
+# is within this factor of the better of the two tuned apart, in held-out squared error, on every tuned
+# column: one N x N factorisation instead of two
+_SHARED_KERNEL_LOSS = 1.1
+# below this many draws an exact fit takes hundredths of a second: CF and SECF keep their own kernels
+_SHARE_MIN_N = 1000
+
+
+def _loo_mse(spec, order, X, S, Y):
+    K = spec.kernel.gram(X, S)
+    K[np.diag_indices_from(K)] += spec.nugget * np.mean(np.diag(K))
+    try:
+        _, _, Q = restricted_loglik(K, design_matrix(X, S, np.zeros(X.shape[0], dtype=int), 1, order), Y)
+    except (ValueError, np.linalg.LinAlgError):
+        return np.full(Y.shape[1], np.inf)
+    return np.mean(loo_residuals(Q, Y)[0] ** 2, axis=0)
+
+
+def _one_kernel_suffices(tuned, X, S, Y, notes):
+    """Whether the CF can use the SECF's tuned kernel (``tuned``: the CF's and the SECF's specs, each
+    with the order it was tuned at), judged by exact leave-one-out errors on the tuning draws."""
+    (cf, cf_order), (secf, secf_order) = tuned
+    apart = np.minimum(_loo_mse(cf, cf_order, X, S, Y), _loo_mse(secf, secf_order, X, S, Y))
+    shared = np.minimum(_loo_mse(secf, cf_order, X, S, Y), _loo_mse(secf, secf_order, X, S, Y))
+    # every column: one integrand can lose many times over while the others gain (sin + cos, d = 10: 45x)
+    ratio = float(np.max(shared / np.maximum(apart, 1e-300)))
+    if not np.isfinite(ratio) or ratio > _SHARED_KERNEL_LOSS:
+        return False
+    notes.append(f"CF and SECF fitted with the SECF's kernel (one factorisation): on the {X.shape[0]} tuning "
+                 f"draws its better design's leave-one-out error is {ratio:.2f}x that of the two kernels tuned "
+                 "apart.")
+    return True
+
+
+def _fit_with(spec, problem, cols, opts, rng, notes, weights, factor=_TRY):
     """The kernel fits of ``spec`` on ``problem`` (the columns ``cols`` of the integrands) as candidates:
     on a low-rank factor of the kernel matrix where one equals it to within a tenth of the nugget
-    (``low_rank``; few dimensions), else exact up to ``exact_max_n`` draws, with inducing points above."""
+    (``low_rank``; few dimensions), else exact up to ``exact_max_n`` draws, with inducing points above.
+    ``factor``: the factor (or None) when already looked for."""
     n = problem.X.shape[0]
     info = {"kernel": spec.kernel, "nugget": spec.nugget}
-    if weights is not None:  # repeated draws: one point each, with nugget / multiplicity
-        spec = spec._replace(nugget=spec.nugget / weights)
+    spec = _per_point(spec, weights)
     # tried with a client too: a factor is at most 250 MB here, and the same numbers as without one
-    factor = low_rank_factor(problem, spec, opts.exact_max_n, rng)
+    if factor is _TRY:
+        factor = low_rank_factor(problem, spec, opts.exact_max_n, rng)
     fits = None if factor is None else fit_exact_heldout(problem, spec, keep_fit=opts.return_fit, factor=factor)
     suffix = ""
     if fits is not None:
