@@ -258,6 +258,7 @@ def _plain_mcse(values):
     return compat.mcse_mean(values) if values.shape[1] >= 4 else np.nan
 
 
+@compat.diagnosing_once
 def summary(data, var_names=None, *, model=None, integrands=None, method="auto", tasks=None, B="learn",
             metacv=None, kind="all", ci_prob=None, ci_kind="eti", cv_interval=False, round_to="auto",
             check_scores=True, return_results=False, progressbar=True, compile_kwargs=None, client=None, **options):

@@ -85,3 +85,24 @@ def test_datatree_accessor_runs_the_workflow_of_pm_sample():
                       model=model)
     pymc_cv.summary(fresh, model=model, progressbar=False)
     assert "score" not in fresh.children
+
+
+def test_diagnostics_of_draws_seen_before_in_one_call_are_not_computed_again(monkeypatch):
+    """Inside ``diagnosed_once`` (one ``summary``), R-hat and ESS of rows already diagnosed come from the
+    first computation: the same numbers, and only the new rows go to ArviZ."""
+    rng = np.random.default_rng(4)
+    draws = np.stack([_ar1(phi, 4, 500, rng) for phi in (0.0, 0.5, 0.9)])  # (3, chain, draw)
+    plain = compat.rhats(draws), compat.ess_bulk(draws)
+    seen = []
+    computed = compat._computed_diagnostic
+    monkeypatch.setattr(compat, "_computed_diagnostic",
+                        lambda ary, name, **kw: seen.append((name, ary.shape[0])) or computed(ary, name, **kw))
+    with compat.diagnosed_once():
+        np.testing.assert_array_equal(compat.rhats(draws[:2]), plain[0][:2])
+        np.testing.assert_array_equal(compat.rhats(draws), plain[0])
+        np.testing.assert_array_equal(compat.rhats(draws[[2, 2]]), plain[0][[2, 2]])
+        np.testing.assert_array_equal(compat.ess_bulk(draws), plain[1])
+        assert float(compat.rhat(draws[1])) == plain[0][1]
+    assert seen == [("rhat", 2), ("rhat", 1), ("ess", 3)]
+    compat.rhats(draws)  # outside: computed
+    assert seen[-1] == ("rhat", 3)

@@ -277,3 +277,25 @@ def test_the_cf_shares_the_secf_kernel_only_where_that_costs_it_nothing_held_out
     secf = KernelSpec(short, np.ones((1, 1)), 1e-6, [2])
     assert not _one_kernel_suffices([(cf, 0), (secf, 2)], x, s, f, notes)
     assert len(notes) == 1
+
+
+def test_zv_jackknife_fits_without_a_part_equal_least_squares_refits():
+    """The intercepts without a quarter, downdated from the full fit's QR, are those of refitting the
+    kept draws by least squares; a deletion that leaves a feature unidentified is an error."""
+    from scipy import linalg
+
+    from pymc_cv.core.zero_variance import _intercepts_without, _least_squares_design
+
+    x, s = gaussian_draws(400, 4, 7, np.linspace(-1, 1, 4), np.linspace(0.5, 2, 4))
+    Y = np.column_stack([np.sin(x[:, 0]) * x[:, 1], np.exp(0.3 * x[:, 2]), x[:, 3] ** 3])
+    D = _least_squares_design(x, s, 2, True)
+    Qm, R = np.linalg.qr(D)
+    without = _intercepts_without(Qm, R, Y)
+    for k in range(4):
+        mask = np.arange(400) % 4 == k
+        np.testing.assert_allclose(without(mask), linalg.lstsq(D[~mask], Y[~mask])[0][0], rtol=1e-10, atol=1e-12)
+    # a feature seen only by the deleted draws
+    D1 = np.column_stack([D[:, :3], (np.arange(400) < 50).astype(float)])
+    Qm1, R1 = np.linalg.qr(D1)
+    with pytest.raises(ValueError, match="rank"):
+        _intercepts_without(Qm1, R1, Y)(np.arange(400) < 50)

@@ -84,7 +84,7 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
             e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
             lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
         influence = Qm @ linalg.solve_triangular(R, np.eye(R.shape[0])[:, 0], trans="T", check_finite=False)
-        bias = jackknife_bias(lambda m: _least_squares_intercepts(D[~m], Y[~m]), labels, coef[0])
+        bias = jackknife_bias(_intercepts_without(Qm, R, Y), labels, coef[0])
         gamma = coef[1:]
         return Candidate(name, coef[0], resid, z, None, {"order": order, "cross": cross, "penalty": None},
                          influence=influence, labels=labels, jackknife_bias=bias,
@@ -124,12 +124,28 @@ def _polynomial_predictor(order, gamma, cross=True):
     return lambda X, S: stein_polynomial_features(X, S, order, cross) @ gamma
 
 
-def _least_squares_intercepts(D, Y):
-    """Intercepts of the least-squares fit of ``Y`` on ``D``; ``ValueError`` when the draws
-    cannot identify the coefficients."""
-    if D.shape[0] <= D.shape[1] + 1:
-        raise ValueError("too few draws")
-    coef, _, rank, _ = linalg.lstsq(D, Y)
-    if rank < D.shape[1]:
-        raise ValueError("rank deficient")
-    return coef[0]
+# deleting draws leaves the design's rank when the kept rows of its orthonormal factor are still near
+# orthonormal: Q_kept' Q_kept = I - Q_del' Q_del keeps every eigenvalue above this
+_RANK_KEPT = 1e-10
+
+
+def _intercepts_without(Qm, R, Y):
+    """``fit_without(mask)`` for ``heldout.jackknife_bias``: the least-squares intercepts without the
+    draws in ``mask``, from the thin QR D = Qm R of the full design.  D_kept = Q_kept R, so the fit
+    solves (Q_kept' Q_kept) w = Q_kept' Y_kept and takes R^-1 w: a q x q system per deletion instead of
+    a least-squares refit (varying intercepts, 4,000 draws x 179 features: 0.5 s for eight refits).
+    ``ValueError`` when the kept draws cannot identify the coefficients."""
+    QtY = Qm.T @ Y
+
+    def fit_without(mask):
+        Qd = Qm[mask]
+        if Qm.shape[0] - Qd.shape[0] <= Qm.shape[1] + 1:
+            raise ValueError("too few draws")
+        G = np.eye(Qm.shape[1]) - Qd.T @ Qd
+        w, V = np.linalg.eigh(G)
+        if w[0] < _RANK_KEPT:
+            raise ValueError("rank deficient")
+        kept = V @ ((V.T @ (QtY - Qd.T @ Y[mask])) / w[:, None])
+        return linalg.solve_triangular(R, kept, check_finite=False)[0]
+
+    return fit_without
