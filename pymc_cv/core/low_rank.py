@@ -67,52 +67,48 @@ def pivoted_factor(diag, columns: Callable, tol, m_max, rng, block=64):
 
 
 class LowRankInverse:
-    """A^-1 for A = F F' + D (F of N x M, D diagonal: the nugget, per draw or one for all), from the
-    thin SVD of D^-1/2 F = U diag(sv) V': what ``kernel_cv``'s exact fit needs of A^-1 (products,
-    its diagonal, its diagonal blocks), in O(N M) per column.
+    """A^-1 for A = F F' + D (F of N x M, D diagonal: the nugget, per draw or one for all): what
+    ``kernel_cv``'s exact fit needs of A^-1 (products, its diagonal, its diagonal blocks), in O(N M)
+    per column.
 
-    A^-1 = D^-1/2 [(I - U U') + U diag(1 / (1 + sv^2)) U'] D^-1/2.
+    With Ft = D^-1/2 F and the eigendecomposition Ft'Ft = V diag(w) V', W = Ft V, Woodbury gives
+
+        A^-1 = D^-1/2 [I - W diag(1 / (1 + w)) W'] D^-1/2,
+
+    which divides by no eigenvalue, so directions the factor barely carries (w near 0) cost no
+    accuracy, and nothing falls back to an SVD of Ft (gp_regr, 4,000 draws: 0.24 s a fit).
     """
 
     def __init__(self, F, nugget):
         self.h = np.broadcast_to(1.0 / np.sqrt(np.asarray(nugget, dtype=float)), (F.shape[0],)).copy()
         Ft = F * self.h[:, None]
-        # the eigenvectors of Ft'Ft give U = Ft V / sv in a fifth of an SVD's time; every column of F
-        # carries more than the tolerance (a tenth of the nugget), so sv^2 stays well above
-        # round-off and squaring loses nothing (else the SVD)
         w, V = np.linalg.eigh(Ft.T @ Ft)
-        if w.size and w.min() > 1e-8 * max(w.max(), 1.0):
-            U, sv2 = (Ft @ V) / np.sqrt(w), w
-        else:
-            U, sv, _ = np.linalg.svd(Ft, full_matrices=False)
-            sv2 = sv**2
-        self.U = U
-        self.inner = 1.0 / (1.0 + sv2)
+        self.W = Ft @ V
+        self.inner = 1.0 / (1.0 + np.maximum(w, 0.0))
 
     def solve(self, B):
         h = self.h if B.ndim == 1 else self.h[:, None]
         Bt = B * h
-        UtB = self.U.T @ Bt
-        scale = self.inner if B.ndim == 1 else self.inner[:, None]
-        return h * ((Bt - self.U @ UtB) + self.U @ (scale * UtB))
+        WtB = self.W.T @ Bt
+        return h * (Bt - self.W @ ((self.inner if B.ndim == 1 else self.inner[:, None]) * WtB))
 
     def diag(self):
-        U2 = self.U**2
-        return self.h**2 * (1.0 - U2.sum(axis=1) + U2 @ self.inner)
+        return self.h**2 * (1.0 - (self.W**2) @ self.inner)
 
     def block(self, idx):
-        Ub, hb = self.U[idx], self.h[idx]
-        inner = np.eye(idx.size) - Ub @ Ub.T + (Ub * self.inner) @ Ub.T
+        Wb, hb = self.W[idx], self.h[idx]
+        inner = np.eye(idx.size) - (Wb * self.inner) @ Wb.T
         return hb[:, None] * inner * hb[None, :]
 
     def solve_block_update(self, idx, W, V, rhs):
         """(A^-1[idx, idx] - W V') \\ rhs for W, V of (len(idx), p), by Woodbury: the block is a
         diagonal minus a matrix of rank M + p, so a large block costs O(len(idx) (M + p)^2), not its
         cube."""
-        Ub, hb = self.U[idx], self.h[idx]
+        Wb, hb = self.W[idx], self.h[idx]
         a = hb**2  # the diagonal part
-        left = np.concatenate([(hb[:, None] * Ub) * (1.0 - self.inner), W], axis=1)
-        right = np.concatenate([hb[:, None] * Ub, V], axis=1)
+        G = (hb[:, None] * Wb) * np.sqrt(self.inner)  # G G' is the low-rank part, each column at most unit scale
+        left = np.concatenate([G, W], axis=1)
+        right = np.concatenate([G, V], axis=1)
         core = np.eye(left.shape[1]) - right.T @ (left / a[:, None])
         x = rhs / a[:, None] if rhs.ndim == 2 else rhs / a
         return x + (left @ np.linalg.solve(core, right.T @ x)) / (a[:, None] if rhs.ndim == 2 else a)
