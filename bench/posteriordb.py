@@ -13,7 +13,7 @@ coverage of the CV intervals (CV se and reference MCSE combined) over all rows; 
 than 4 combined se off, and how many of those were flagged ``se_reliable=False``; flagged rows;
 "precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.  The same for the sd
 (rows told, median |CV sd error| / |MCMC sd error|, 2-se coverage of ``cv_sd``), and the median
-``cv_ess / ess_bulk``.
+``cv_ess / ess_bulk``.  The last line also gives both coverages over the rows marked reliable alone.
 
 Usage: python bench/posteriordb.py [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
@@ -48,13 +48,14 @@ def _reference(name):
 
 
 def _errors(table, ref):
-    ratios, covered, far, far_flagged, precise = [], [], 0, 0, []
+    ratios, covered, far, far_flagged, precise, reliable = [], [], 0, 0, [], []
     for lab in table.index:
         r = ref[lab]
         mc_err = abs(table.loc[lab, "mean"] - r["mean"])
         cv_err = abs(table.loc[lab, "cv_mean"] - r["mean"])
         combined = np.hypot(table.loc[lab, "cv_mcse"], r["mcse"])
         covered.append(cv_err <= 2 * combined)
+        reliable.append(bool(table.loc[lab, "se_reliable"]))
         if cv_err > 4 * combined:
             far += 1
             far_flagged += not table.loc[lab, "se_reliable"]
@@ -64,6 +65,7 @@ def _errors(table, ref):
             ratios.append(cv_err / mc_err)
     return {"told": len(ratios), "median": float(np.median(ratios)) if ratios else float("nan"),
             "worst": float(np.max(ratios)) if ratios else float("nan"), "coverage": float(np.mean(covered)),
+            "reliable": int(np.sum(reliable)), "covered_reliable": int(np.sum(np.array(covered) & np.array(reliable))),
             "far": far, "far_flagged": far_flagged, "precise": float(np.mean(precise)) if precise else float("nan"),
             **_sd_errors(table, ref)}
 
@@ -71,7 +73,7 @@ def _errors(table, ref):
 def _sd_errors(table, ref):
     """As for the mean, for the sd: median |CV sd error| / |MCMC sd error| over rows the reference
     tells, 2-se coverage of cv_sd, and the median cv_ess / ess_bulk."""
-    ratios, covered, far, far_flagged = [], [], 0, 0
+    ratios, covered, far, far_flagged, reliable = [], [], 0, 0, []
     for lab in table.index:
         r = ref[lab]
         if r["sd"] == 0:
@@ -81,6 +83,7 @@ def _sd_errors(table, ref):
         cv_err = abs(table.loc[lab, "cv_sd"] - r["sd"])
         combined = np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se)  # nan for a row constant in this run
         covered.append(cv_err <= 2 * combined)
+        reliable.append(bool(table.loc[lab, "se_reliable"]))
         if not cv_err <= 4 * combined:
             far += 1
             far_flagged += not table.loc[lab, "se_reliable"]
@@ -90,7 +93,8 @@ def _sd_errors(table, ref):
     ess = ess[np.isfinite(ess)]
     return {"sd_told": len(ratios), "sd_median": float(np.median(ratios)) if ratios else float("nan"),
             "sd_coverage": float(np.mean(covered)) if covered else float("nan"), "sd_far": far,
-            "sd_far_flagged": far_flagged,
+            "sd_far_flagged": far_flagged, "sd_reliable": int(np.sum(reliable)),
+            "sd_covered_reliable": int(np.sum(np.array(covered, dtype=bool) & np.array(reliable, dtype=bool))),
             "cv_ess_ratio": float(np.median(ess)) if ess.size else float("nan")}
 
 
@@ -174,13 +178,20 @@ def overall(results):
     medians = [r["median"] for r in ok if np.isfinite(r["median"])]
     ratio = [r["summary"] / r["stan"] for r in ok]
     sd_cov = sum(r["sd_coverage"] * r["rows"] for r in ok if np.isfinite(r["sd_coverage"])) / rows
+    # among the rows the table vouches for (se_reliable): what a user who heeds the flag is told
+    reliable = sum(r["reliable"] for r in ok)
+    cov_reliable = sum(r["covered_reliable"] for r in ok) / max(reliable, 1)
+    sd_reliable = sum(r["sd_reliable"] for r in ok)
+    sd_cov_reliable = sum(r["sd_covered_reliable"] for r in ok) / max(sd_reliable, 1)
     sd_medians = [r["sd_median"] for r in ok if np.isfinite(r["sd_median"])]
-    return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows; 2-se coverage {cov:.1%}; "
+    return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows; 2-se coverage {cov:.1%} "
+            f"({cov_reliable:.1%} of the {reliable} rows marked reliable); "
             f"median of per-posterior median CV/MCMC error {np.median(medians):.2g}; "
             f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
             f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}; "
             f"sd: median of per-posterior median CV/MCMC error {np.median(sd_medians):.2g}, "
-            f"2-se coverage {sd_cov:.1%}, rows far and not flagged "
+            f"2-se coverage {sd_cov:.1%} ({sd_cov_reliable:.1%} of the {sd_reliable} rows marked reliable), "
+            "rows far and not flagged "
             f"{sum(r['sd_far'] - r['sd_far_flagged'] for r in ok)}; "
             f"median cv_ess / ess_bulk {np.median([r['cv_ess_ratio'] for r in ok]):.3g}")
 
