@@ -92,7 +92,8 @@ def _sd_errors(table, ref):
     ess = (table["cv_ess"] / table["ess_bulk"]).to_numpy(dtype=float)
     ess = ess[np.isfinite(ess)]
     return {"sd_told": len(ratios), "sd_median": float(np.median(ratios)) if ratios else float("nan"),
-            "sd_coverage": float(np.mean(covered)) if covered else float("nan"), "sd_far": far,
+            "sd_coverage": float(np.mean(covered)) if covered else float("nan"), "sd_judged": len(covered),
+            "sd_covered": int(np.sum(covered)), "sd_far": far,
             "sd_far_flagged": far_flagged, "sd_reliable": int(np.sum(reliable)),
             "sd_covered_reliable": int(np.sum(np.array(covered, dtype=bool) & np.array(reliable, dtype=bool))),
             "cv_ess_ratio": float(np.median(ess)) if ess.size else float("nan")}
@@ -177,7 +178,8 @@ def overall(results):
     cov = sum(r["coverage"] * r["rows"] for r in ok) / rows
     medians = [r["median"] for r in ok if np.isfinite(r["median"])]
     ratio = [r["summary"] / r["stan"] for r in ok]
-    sd_cov = sum(r["sd_coverage"] * r["rows"] for r in ok if np.isfinite(r["sd_coverage"])) / rows
+    # over the rows whose sd is judged (the reference's sd is not 0)
+    sd_cov = sum(r["sd_covered"] for r in ok) / max(sum(r["sd_judged"] for r in ok), 1)
     # among the rows the table vouches for (se_reliable): what a user who heeds the flag is told
     reliable = sum(r["reliable"] for r in ok)
     cov_reliable = sum(r["covered_reliable"] for r in ok) / max(reliable, 1)
