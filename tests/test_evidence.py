@@ -514,3 +514,32 @@ def test_smc_particles_that_miss_a_stage_are_an_error_that_names_smc():
         pm.Normal("y", a[group], sigma, observed=y)
     with pytest.raises(ScoreMismatchError, match="PyMC's SMC particles"):
         pymc_cv.thermodynamic_integration(model, sampler="smc", random_seed=0, progressbar=False)
+
+
+def _one_d_rungs(t, rng, cut=None, m=200):
+    """x ~ N(0, 1), y = 0 ~ N(x, 1): rung t is N(0, 1 / (1 + t)); with ``cut`` the draws miss its tails
+    beyond ``cut`` sd."""
+    sd = (1 + t) ** -0.5
+    xs = [rng.normal(0, s, size=(m, 1)) if cut is None
+          else stats.truncnorm.rvs(-cut, cut, scale=s, size=(m, 1), random_state=rng) for s in sd]
+    ll = [-0.5 * np.log(2 * np.pi) - 0.5 * x[:, 0] ** 2 for x in xs]
+    return ll, xs, [-x for x in xs], [-x for x in xs]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cvs_that_move_neighbouring_rungs_the_same_way_mark_the_result_unreliable(seed):
+    """Draws that miss every rung's tails beyond 2 sd (the Stein check skipped, so that this check is the
+    one that sees it): the ZV-CVs restore the tails' share of E_t[log p(y|x)] at every rung, the plain
+    averages cannot, and the CV estimate is 2-3 of its se from the exact value.  Exact draws pass."""
+    from pymc_cv.evidence.thermodynamic_integration import CV_DRIFT, cv_drift
+
+    t = power_ladder(21)
+    exact = -0.5 * np.log(4 * np.pi)
+    good = ti_from_arrays(t, *_one_d_rungs(t, np.random.default_rng(seed)), method="cti", check_scores=False)
+    assert good.reliable and abs(good.log_evidence - exact) < 3 * good.se
+    assert cv_drift(good.moments)[0].max() < 2.0
+    bad = ti_from_arrays(t, *_one_d_rungs(t, np.random.default_rng(seed), cut=2.0), method="cti",
+                         check_scores=False)
+    assert (cv_drift(bad.moments)[0] > CV_DRIFT).sum() >= 4
+    assert not bad.reliable
+    assert any("moved the same way from the plain averages" in n and "do not cover" in n for n in bad.notes)

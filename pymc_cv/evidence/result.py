@@ -42,8 +42,10 @@ class TIResult:
         Wall time of sampling, of the per-draw terms and of the estimation.
     reliable : bool
         False when the se may be too small: too few rungs for a quadrature error, chains that
-        disagree at some rung (R-hat), scores that fail the Stein check, or a per-rung estimate
-        flagged unreliable; ``notes`` say which.
+        disagree at some rung (R-hat), scores that fail the Stein check, a per-rung estimate
+        flagged unreliable, or CV estimates at neighbouring rungs that all moved the same way from
+        the plain averages beyond chance (draws that miss part of the power posterior); ``notes``
+        say which.
     notes : list of str
 
     Examples

@@ -54,10 +54,15 @@ class RungMoments:
     # weighted rungs), part of mean_se / var_se, combined signed by ``quadrature.integrate``
     mean_bias: np.ndarray | None = None
     var_bias: np.ndarray | None = None
+    # per rung, the MCSE of the fitted control's values (f minus the held-out residual): the se of
+    # mean - mc_mean, the shift the CV made (nan for rungs reported as MC or weighted)
+    shift_se: np.ndarray | None = None
 
 
-def _or_zeros(a, n):
-    return np.zeros(n) if a is None else a
+def _or_default(a, n, name):
+    if a is not None:
+        return a
+    return np.full(n, np.nan) if name == "shift_se" else np.zeros(n)
 
 
 def concat_moments(parts, order=None):
@@ -65,7 +70,7 @@ def concat_moments(parts, order=None):
     merged = {}
     for f in dataclasses.fields(RungMoments):
         if f.name != "notes":
-            arr = np.concatenate([_or_zeros(getattr(p, f.name), p.mean.size) for p in parts])
+            arr = np.concatenate([_or_default(getattr(p, f.name), p.mean.size, f.name) for p in parts])
             merged[f.name] = arr if order is None else arr[order]
     return RungMoments(**merged, notes=[n for p in parts for n in p.notes])
 
@@ -130,6 +135,7 @@ class _MomentTable:
     est: tuple
     se: tuple
     bias: tuple
+    shift_se: np.ndarray
     used: np.ndarray
     reliable: np.ndarray
     notes: list
@@ -182,6 +188,7 @@ class _RungProblem:
                 table.reliable[i] &= bool(np.ravel(r.se_reliable)[j])
                 if k == 0:
                     table.used[i] = str(np.ravel(r.method)[j])
+                    table.shift_se[i] = _shift_se(fs[0], r, j, self.rungs[i].chain)
             table.notes += [f"rungs {idx[0] + self.first}-{idx[-1] + self.first}: {n}" for n in r.notes]
 
     def fit_rung(self, i, method, table):
@@ -199,6 +206,16 @@ class _RungProblem:
             table.notes += [f"rung {i + self.first}: {n}" for n in r.notes]
             if k == 0:
                 table.used[i] = used = str(r.method).removesuffix("-nystrom")
+                table.shift_se[i] = _shift_se(f, r, 0, self.rungs[i].chain)
+
+
+def _shift_se(f, res, j, chain):
+    """The se of integrand ``j``'s CV estimate minus its plain mean in ``res`` (a CVResult): the MCSE
+    of the fitted control f - (held-out residual), whose mean the CV subtracts; nan when MC is reported."""
+    if str(np.ravel(res.method)[j]) == "mc":
+        return np.nan
+    control = np.asarray(f, dtype=float) - np.asarray(res.heldout_residuals[j], dtype=float)
+    return float(mcse_mean(control, chain))
 
 
 def _weighted_rungs(t, rungs, weights, method, table, mc, progress):
@@ -284,7 +301,8 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
     reliable, notes = _check_inputs(t, rungs, weighted, first_rung, options)
     mc = np.array([_mc(ll, c) for ll, _, _, _, c in rungs])
     table = _MomentTable((mc[:, 0].copy(), mc[:, 1].copy()), (mc[:, 2].copy(), mc[:, 3].copy()),
-                         (np.zeros(w), np.zeros(w)), np.array(["mc"] * w, dtype=object), reliable, notes)
+                         (np.zeros(w), np.zeros(w)), np.full(w, np.nan), np.array(["mc"] * w, dtype=object),
+                         reliable, notes)
     progress = progress or (lambda k: None)
     _weighted_rungs(t, rungs, weights, method, table, mc, progress)
     centers = mc[:, 0]
@@ -308,7 +326,7 @@ def rung_moments(temperatures, loglik, samples, grad_loglik, grad_logprior, *, c
         mean=mean, var=var, mean_se=mean_se, var_se=var_se, mc_mean=mc[:, 0], mc_var=mc[:, 1],
         mc_mean_se=mc[:, 2], mc_var_se=mc[:, 3], method=used, reliable=reliable, notes=notes,
         # var = second - (mean - center)^2 to first order
-        mean_bias=mean_bias, var_bias=second_bias - 2.0 * (mean - centers) * mean_bias,
+        mean_bias=mean_bias, var_bias=second_bias - 2.0 * (mean - centers) * mean_bias, shift_se=table.shift_se,
     )
 
 
