@@ -73,9 +73,9 @@ def test_squeeze_gives_scalars_and_the_one_fit():
     assert np.ndim(res.estimate) == 0 and res.method == "exact"
 
 
-def test_a_fit_whose_se_with_its_jackknife_bias_exceeds_mcs_reports_the_mc_mean():
+def test_a_fit_whose_se_with_its_jackknife_bias_is_many_times_mcs_reports_the_mc_mean():
     """Held-out residuals a tenth of f's beat MC 100x, but a jackknife bias of 3 sd (a fit that moves
-    with the draws it saw) leaves an se above MC's: the MC mean is reported, the note says why."""
+    with the draws it saw) leaves an se 60x MC's: the MC mean is reported, the note says why."""
     rng = np.random.default_rng(1)
     n = 400
     y = rng.normal(size=n)
@@ -88,9 +88,10 @@ def test_a_fit_whose_se_with_its_jackknife_bias_exceeds_mcs_reports_the_mc_mean(
     res = pipeline.run(y[:, None], None, solver, [])
     assert res.method[0] == "mc" and res.estimate[0] == y.mean()
     assert res.se[0] == res.mc_se[0] and res.variance_reduction[0] < 1e-2
-    assert any("not below MC's" in n for n in res.notes)
-    # with a small bias the same fit is reported
+    assert any("x MC's" in n and "reporting the MC mean" in n for n in res.notes)
+    # a bias that leaves the se below twice MC's (conservative as CV se are) keeps the fit
     def steady(notes):
-        return [Candidate("steady", np.array([y.mean() + 0.001]), resid[:, None], resid[:, None],
-                          jackknife_bias=np.array([0.001]))]
-    assert pipeline.run(y[:, None], None, steady, []).method[0] == "steady"
+        return [Candidate("steady", np.array([y.mean() + 0.05]), resid[:, None], resid[:, None],
+                          jackknife_bias=np.array([0.05]))]
+    kept = pipeline.run(y[:, None], None, steady, [])
+    assert kept.method[0] == "steady" and res.mc_se[0] < kept.se[0] < 2 * res.mc_se[0]
