@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pymc_cv
-from pymc_cv.core.heldout import fold_labels
+from pymc_cv.core.heldout import deletion_residuals, fold_labels, projection_deletion_residuals
 from pymc_cv.core.kernel_cv import design_matrix, fit_exact_heldout, fit_kernel_cv
 from pymc_cv.core.kernels import SquaredExponential
 from pymc_cv.core.nystrom import fit_nystrom_heldout
@@ -64,6 +64,28 @@ def test_zero_variance_block_deletion_equals_refits():
         coef = np.linalg.lstsq(D[~te], Y[~te], rcond=None)[0]
         np.testing.assert_allclose(cand.resid[te], Y[te] - D[te] @ coef, rtol=1e-7, atol=1e-10)
         np.testing.assert_allclose(cand.estimate - cand.influence[te] @ cand.resid[te], coef[0], rtol=1e-7)
+
+
+@pytest.mark.parametrize("p", [6, 30])  # fewer coefficients than a block holds, and more
+def test_low_rank_block_deletion_of_a_penalised_fit_equals_refits(p):
+    rng = np.random.default_rng(3)
+    n, lam = 100, 2.0
+    D = rng.normal(size=(n, p))
+    Y = D @ rng.normal(size=(p, 2)) + rng.normal(size=(n, 2))
+    # ridge: hat matrix D (D'D + lam I)^-1 D' = U U' with U = D L^-T, L L' = D'D + lam I
+    L = np.linalg.cholesky(D.T @ D + lam * np.eye(p))
+    U = np.linalg.solve(L, D.T).T
+    e = Y - U @ (U.T @ Y)
+    labels = fold_labels(n, np.repeat([0, 1], 50), 4)
+    resid, z = projection_deletion_residuals(e, U, labels)
+    full = deletion_residuals(e, lambda: 1.0 - np.einsum("ij,ij->i", U, U),
+                              lambda idx: np.eye(idx.size) - U[idx] @ U[idx].T, labels)
+    np.testing.assert_allclose(resid, full[0], rtol=1e-9)
+    np.testing.assert_allclose(z, full[1], rtol=1e-9)
+    for b in np.unique(labels):
+        te = labels == b
+        coef = np.linalg.solve(D[~te].T @ D[~te] + lam * np.eye(p), D[~te].T @ Y[~te])
+        np.testing.assert_allclose(resid[te], Y[te] - D[te] @ coef, rtol=1e-8, atol=1e-10)
 
 
 def test_nystrom_with_every_draw_inducing_is_the_exact_fit():

@@ -25,7 +25,7 @@ import numpy as np
 from scipy import linalg
 
 from .external import cluster_nystrom
-from .heldout import deletion_residuals, jackknife_bias, split_parts
+from .heldout import jackknife_bias, projection_deletion_residuals, split_parts
 from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter, lower_solve
 
@@ -184,8 +184,7 @@ def chunk_heldout(L, Fc, e, labels, overwrite=False):
     Cholesky factor L of the normal matrix: with G = L^-1 Fc', H_BB = G_B' G_B for each block
     (``heldout`` does the rest).  ``overwrite``: ``Fc`` (C-ordered) may be overwritten."""
     G = lower_solve(L, Fc.T, overwrite_b=overwrite)
-    return deletion_residuals(e, lambda: 1.0 - np.einsum("mn,mn->n", G, G),
-                              lambda idx: np.eye(idx.size) - G[:, idx].T @ G[:, idx], labels)
+    return projection_deletion_residuals(e, G.T, labels)
 
 
 def normal_fit_on(quarters, parts, penalty, T):

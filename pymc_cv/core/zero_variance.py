@@ -14,7 +14,7 @@ import numpy as np
 from scipy import linalg
 
 from .finalize import Candidate
-from .heldout import deletion_residuals, fold_labels, jackknife_bias, refit_residuals
+from .heldout import fold_labels, jackknife_bias, projection_deletion_residuals, refit_residuals
 from .polynomial import n_polynomial_features, stein_polynomial_features
 
 __all__ = ["fit_zero_variance", "choose_penalty", "zero_variance_candidate"]
@@ -80,9 +80,7 @@ def zero_variance_candidate(X, S, Y, order, penalty, chain, folds, seed=0, first
         coef = linalg.solve_triangular(R, Qm.T @ Y, check_finite=False)
         e = Y - D @ coef
         labels = fold_labels(n, chain, folds, first=first)
-        resid, z = deletion_residuals(
-            e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
-            lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
+        resid, z = projection_deletion_residuals(e, Qm, labels)
         influence = Qm @ linalg.solve_triangular(R, np.eye(R.shape[0])[:, 0], trans="T", check_finite=False)
         bias = jackknife_bias(_intercepts_without(Qm, R, Y), labels, coef[0])
         gamma = coef[1:]

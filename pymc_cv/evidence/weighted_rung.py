@@ -18,7 +18,7 @@ import numpy as np
 from scipy import linalg
 
 from ..core.external import diagnostics
-from ..core.heldout import deletion_residuals, fold_labels
+from ..core.heldout import fold_labels, projection_deletion_residuals
 from ..core.polynomial import n_polynomial_features, stein_polynomial_features
 from ..core.standard_errors import KHAT_THRESHOLD, mcse_mean
 
@@ -44,8 +44,7 @@ def _weighted_fit(D, Y, W, labels):
     Qm, R = np.linalg.qr(D * sw)
     coef = linalg.solve_triangular(R, Qm.T @ (Y * sw), check_finite=False)
     e = (Y - D @ coef) * sw
-    resid, _ = deletion_residuals(e, lambda: 1.0 - np.einsum("ij,ij->i", Qm, Qm),
-                                  lambda idx: np.eye(idx.size) - Qm[idx] @ Qm[idx].T, labels)
+    resid, _ = projection_deletion_residuals(e, Qm, labels)
     return coef[0], resid / sw
 
 
