@@ -444,6 +444,35 @@ def test_prior_draws_take_the_first_stepping_stones_that_mcmc_draws_get_wrong():
     assert abs(part.log_evidence - model.log_evidence()) < 3 * part.se
 
 
+@pytest.mark.parametrize("vectorised", [True, False])
+def test_prior_draws_of_a_hierarchical_model_have_its_moments(vectorised, monkeypatch):
+    """mu ~ N(0, 5), tau ~ HalfNormal(2), a_j ~ N(mu, tau): var a_j = 25 + 4, cov(a_0, a_1) = 25; a
+    HalfCauchy(1) beside them has median 1.  Vectorised, and by PyMC's loop when that fails."""
+    import pymc as pm
+
+    from pymc_cv.pymc import tempering
+
+    if not vectorised:
+        monkeypatch.setattr(tempering, "_batched_prior", lambda rvs, draws: 1 / 0)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfNormal("tau", 2)
+        a = pm.Normal("a", mu, tau, shape=3)
+        s = pm.HalfCauchy("s", 1)
+        pm.Normal("y", a.sum() + s, 1, observed=[0.1])
+    if vectorised:  # the fast path itself works here (the loop would pass the moments too)
+        assert [v.shape for v in pm.draw(tempering._batched_prior(list(model.free_RVs), 5))] == [(5,), (5,), (5, 3),
+                                                                                                 (5,)]
+    n = 16000 if vectorised else 4000
+    draws = dict(zip(["mu", "tau", "a", "s"], tempering.draw_prior(model, n, np.random.default_rng(0))))
+    assert draws["a"].shape == (n, 3) and draws["s"].shape == (n,)
+    tol = 4 / np.sqrt(n)
+    np.testing.assert_allclose(np.var(draws["a"], axis=0), 29, rtol=4 * tol)
+    assert abs(np.corrcoef(draws["a"][:, 0], draws["a"][:, 2])[0, 1] - 25 / 29) < tol
+    assert abs(np.mean(draws["tau"] ** 2) - 4) < 4 * 4 * tol
+    assert abs(np.mean(draws["s"] < 1) - 0.5) < tol
+
+
 def test_prior_draws_of_a_pymc_model_give_its_tempered_evidence():
     """``prior_loglik`` draws the prior of a PyMC model: importance sampling from its draws recovers
     log Z(t) of the scale-only model by quadrature; a prior PyMC cannot draw gives None and the reason."""
@@ -513,7 +542,43 @@ def test_smc_particles_that_miss_a_stage_are_an_error_that_names_smc():
         a = pm.Normal("a", mu, tau, shape=6)
         pm.Normal("y", a[group], sigma, observed=y)
     with pytest.raises(ScoreMismatchError, match="PyMC's SMC particles"):
-        pymc_cv.thermodynamic_integration(model, sampler="smc", random_seed=0, progressbar=False)
+        pymc_cv.thermodynamic_integration(model, sampler="smc", draws=100, random_seed=0, progressbar=False)
+
+
+@pytest.mark.parametrize("kwargs, named", [({"tune": 100}, "tune"), ({"chains": 4}, "chains"),
+                                           ({"temperatures": 5, "sampler": "smc"}, "temperatures")])
+def test_settings_smc_would_not_use_are_errors_that_name_them(kwargs, named):
+    import pymc as pm
+
+    import pymc_cv
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1)
+        pm.Normal("y", x, 1, observed=0.0)
+    with pytest.raises(ValueError, match=f"{named} given with sampler='smc'.*sampler='nuts'"):
+        pymc_cv.thermodynamic_integration(model, progressbar=False, **kwargs)
+
+
+def test_the_default_sampler_is_smc_with_its_own_particles_and_zv_cvs_and_recovers_a_closed_form():
+    """x ~ N(0, 1), y = 0 ~ N(x, 1): log p(y) = -log(4 pi) / 2."""
+    import pymc as pm
+
+    import pymc_cv
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1)
+        pm.Normal("y", x, 1, observed=0.0)
+    res = pymc_cv.thermodynamic_integration(model, random_seed=1, progressbar=False)
+    stages = res.draws["loglik"]
+    assert all(ll.size == 1000 for ll in stages) and res.temperatures.size > len(stages)
+    assert set(res.moments.method) <= {"mc", "zv1", "zv2", "zv3", "weighted mc", "weighted zv1", "weighted zv2",
+                                       "weighted zv3"}
+    truth = -0.5 * np.log(4 * np.pi)
+    assert res.reliable and abs(res.log_evidence - truth) < min(0.02, 3 * res.se)
+    # given a ladder, the rungs are NUTS runs
+    nuts = pymc_cv.thermodynamic_integration(model, 5, draws=50, tune=100, method="mc", random_seed=1,
+                                             progressbar=False)
+    assert [ll.size for ll in nuts.draws["loglik"]] == [100] * 5
 
 
 def _one_d_rungs(t, rng, cut=None, m=200):

@@ -110,7 +110,8 @@ def test_readme_evidence_example():
     assert res.stepping_stone is not None and any("stepping stones" in n for n in res.notes)
     # the first stones by importance sampling from the prior's draws, not from MCMC at tiny t
     assert res.stepping_stone.prior_steps > 0 and any("independent prior draws" in n for n in res.notes)
-    assert abs(res.log_evidence - truth) < min(0.1, 3 * res.se)
+    assert abs(res.log_evidence - truth) < min(0.1, 3 * res.se) and res.reliable
+    assert len(res.draws["loglik"]) < res.temperatures.size  # SMC's stages, refined
 
 
 @pytest.mark.slow

@@ -93,7 +93,7 @@ def estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain,
     mc_value, mc_sampling = integrate(ts, mom.mc_mean, mom.mc_var, mom.mc_mean_se, mom.mc_var_se, rule=rule,
                                       source=source, from_prior=whole)
     mc_qerr = quadrature_error(ts, mom.mc_mean, mom.mc_var, rule=rule, from_prior=whole)
-    notes = list(mom.notes)
+    notes = list(dict.fromkeys(mom.notes))  # a rung fits its mean and second moment: one note each
     stones = None
     if head:
         stones = stepping_stone(t[:head + 1], head_loglik, head_chain,

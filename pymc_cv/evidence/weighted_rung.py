@@ -21,6 +21,7 @@ from ..core.external import diagnostics
 from ..core.heldout import fold_labels, projection_deletion_residuals
 from ..core.polynomial import n_polynomial_features, stein_polynomial_features
 from ..core.standard_errors import KHAT_THRESHOLD, mcse_mean
+from ..core.threads import single_threaded_when_small
 
 __all__ = ["normalized_weights", "weighted_moments"]
 
@@ -66,6 +67,7 @@ def _orders(n, d, max_order):
     return [o for o in range(max_order + 1) if o == 0 or n > 2 * (1 + n_polynomial_features(d, o))]
 
 
+@single_threaded_when_small(lambda loglik, *args, **kwargs: np.size(loglik))
 def weighted_moments(loglik, samples, score, weights, *, chain=None, center=None, zv=True, folds=10, max_order=3):
     """E_t[l] and E_t[(l - center)^2] of l = log p(y|x) from weighted draws.
 
