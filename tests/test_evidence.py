@@ -581,6 +581,32 @@ def test_the_default_sampler_is_smc_with_its_own_particles_and_zv_cvs_and_recove
     assert [ll.size for ll in nuts.draws["loglik"]] == [100] * 5
 
 
+@pytest.mark.parametrize("apart", [3.0, 0.0])
+def test_smc_with_few_accepted_moves_is_checked_against_a_second_independent_run(apart, monkeypatch):
+    """Where the IMH moves accept few proposals, a second SMC run checks the first: agreeing runs keep the
+    result reliable; runs further apart than the threshold (0 se here, to force it) mark it unreliable."""
+    import pymc as pm
+
+    import pymc_cv
+    from pymc_cv.pymc import evidence
+
+    monkeypatch.setattr(evidence, "_LOW_ACCEPT", 1.01)  # every stage counts as low
+    monkeypatch.setattr(evidence, "_RUNS_APART", apart)
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1)
+        pm.Normal("y", x, 1, observed=0.0)
+    res = pymc_cv.thermodynamic_integration(model, draws=300, random_seed=2, progressbar=False)
+    (note,) = [n for n in res.notes if "second, independent SMC run" in n]
+    assert "second_run" in res.seconds
+    other = float(note.split("run gave ")[1].split(" ")[0])
+    truth = -0.5 * np.log(4 * np.pi)
+    assert abs(other - truth) < 0.05 and other != res.log_evidence
+    if apart:
+        assert res.reliable and "agrees" in note
+    else:
+        assert not res.reliable and "disagrees" in note and "sampler='population'" in note
+
+
 def _one_d_rungs(t, rng, cut=None, m=200):
     """x ~ N(0, 1), y = 0 ~ N(x, 1): rung t is N(0, 1 / (1 + t)); with ``cut`` the draws miss its tails
     beyond ``cut`` sd."""

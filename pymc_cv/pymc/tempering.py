@@ -13,6 +13,7 @@ import hashlib
 import logging
 import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from .scores import batch_input, batched, check_model, compute_scores, forward_t
 # PyMC and PyTensor load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
 __all__ = ["check_temperable", "TemperedSampler", "loglik_terms", "compiled", "rung_arrays", "rung_arrays_of",
-           "sample_rung", "smc_rungs", "model_token", "kept_model", "prior_loglik", "PRIOR_DRAWS"]
+           "sample_rung", "smc_rungs", "SMCRun", "model_token", "kept_model", "prior_loglik", "PRIOR_DRAWS"]
 
 # independent prior draws for the first stepping stones: their se is sqrt((1 / ESS share - 1) / n), 0.0075
 # nats where TI starts (an ESS share of 0.5); with 4,000 it was 0.015, twice the se of the rest of the
@@ -272,11 +273,20 @@ def sample_rung(model, token, compile_kwargs, draws, tune, chains, rung):
         return rung_arrays_of(tempered.sample(temperature, draws, tune, chains, seed), model, terms)
 
 
-def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, compile_kwargs=None):
-    """Run PyMC's SMC (IMH kernel) and keep the particles of every tempering stage.
+class SMCRun(NamedTuple):
+    """PyMC's SMC stages: the temperatures (0, the adaptive betas, 1), per stage the value-variable
+    draws (each (draws, *shape), in the order of ``model.value_vars``; stage 0 is the prior), and the
+    IMH acceptance rate of the moves that made each stage (nan at stage 0, or where PyMC does not
+    record it)."""
 
-    Returns the temperatures (0, the adaptive betas, 1) and per stage a list of value-variable
-    draws (each (draws, *shape)), in the order of ``model.value_vars``.  Stage 0 is the prior.
+    temperatures: np.ndarray
+    stages: list
+    acceptance: np.ndarray
+
+
+def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, compile_kwargs=None):
+    """Run PyMC's SMC (IMH kernel) and keep the particles of every tempering stage (an :class:`SMCRun`).
+
     Particles of one stage are resampled and moved by MCMC, so they are not independent; the
     standard errors computed from them treat them as if they were.
     """
@@ -292,7 +302,7 @@ def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, 
             start += size
         return out
 
-    temps, stages = [0.0], [unravel(kernel.tempered_posterior)]
+    temps, stages, accept = [0.0], [unravel(kernel.tempered_posterior)], [np.nan]
     with progress_bar(progressbar) as bar:
         task = bar.add_task("SMC stages", completed=0, total=None)
         while kernel.beta < 1:
@@ -302,5 +312,7 @@ def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, 
             kernel.mutate()
             temps.append(float(kernel.beta))
             stages.append(unravel(kernel.tempered_posterior))
+            rate = getattr(kernel, "acc_rate", None)
+            accept.append(np.nan if rate is None else float(np.mean(rate)))
             bar.advance(task, 1)
-    return np.array(temps), stages
+    return SMCRun(np.array(temps), stages, np.array(accept))
