@@ -262,7 +262,7 @@ def _ladder(temperatures):
 
 # what each sampler runs when not told (bench/evidence.py): SMC's stages with 1,000 particles and
 # ZV-CVs per rung were within 0.03 nats on the README model, eight schools (both forms) and a
-# heavy-tailed prior in 5 of 5 seeds each, in 1-1.3 s; NUTS per rung with vv-CVs took 18-75 s
+# heavy-tailed prior in 5 of 5 seeds each, in 0.9-2.1 s; NUTS per rung with vv-CVs took 18-75 s
 _DEFAULTS = {"smc": {"draws": 1000, "method": "cti"},
              "nuts": {"draws": 100, "tune": 500, "chains": 2, "method": "vvcv"},
              "population": {"draws": 100, "tune": 500, "chains": 2, "method": "vvcv"}}
