@@ -277,17 +277,18 @@ _FACTOR_MIN_N = 1000
 _FACTOR_BYTES = 2.5e8
 
 
-def low_rank_factor(problem, spec, exact_max_n, rng):
+def low_rank_factor(problem, spec, exact_max_n, rng, max_columns=None):
     """A :class:`~.low_rank.LowRankFactor` of the problem's Stein Gram matrix G, to a tenth of the
     nugget, when one with at most a sixth as many columns as draws exists (a failed attempt costs
     about a twentieth of the exact fit); None otherwise (then fit exactly, or with inducing points
-    above ``exact_max_n`` draws)."""
+    above ``exact_max_n`` draws).  ``max_columns``: above ``exact_max_n`` draws, no more columns than
+    this (the inducing-point fit's own limit, which a larger factor costs more than)."""
     X, S, _, tau, _, _ = problem
     kernel, B = spec.kernel, spec.B
     N = X.shape[0]
     if N < _FACTOR_MIN_N:
         return None
-    m_max = N // 6 if N <= exact_max_n else int(min(N // 6, _FACTOR_BYTES / (8 * N)))
+    m_max = N // 6 if N <= exact_max_n else int(min(N // 6, _FACTOR_BYTES / (8 * N), max_columns or np.inf))
     k0 = kernel.diag(X, S)
     diag = k0 * np.diag(B)[tau]
     return pivoted_factor(diag, lambda idx: stein_gram(kernel, B, X, S, tau, X[idx], S[idx], tau[idx]),

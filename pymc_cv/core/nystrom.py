@@ -29,7 +29,7 @@ from .heldout import jackknife_bias, projection_deletion_residuals, split_parts
 from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram
 from .linalg import cholesky_jitter, lower_solve
 
-__all__ = ["fit_nystrom_heldout", "choose_inducing", "normal_fit_on"]
+__all__ = ["fit_nystrom_heldout", "choose_inducing", "normal_fit_on", "MAX_INDUCING"]
 
 # Work on N x M arrays goes a slab of draws at a time, each temporary about this size: fresh
 # arrays of hundreds of MB are page-faulted in on every call, and here that cost more than the
@@ -197,7 +197,11 @@ def normal_fit_on(quarters, parts, penalty, T):
     return fit_on
 
 
-def choose_inducing(problem, spec, rng, *, m_start=250, m_max=1000, tol=0.1, mem_bytes=1e9, client=None,
+# the most inducing draws ``choose_inducing`` tries
+MAX_INDUCING = 1000
+
+
+def choose_inducing(problem, spec, rng, *, m_start=250, m_max=MAX_INDUCING, tol=0.1, mem_bytes=1e9, client=None,
                     keep_fit=False):
     """Fit with M = m_start, 2 m_start, ... inducing draws and keep the M after which the held-out
     error stopped improving by more than ``tol`` (relative).  Returns a :class:`NystromChoice`.
