@@ -131,6 +131,29 @@ def test_large_n_switches_to_inducing_points_says_so_and_stays_accurate(monkeypa
     assert abs(res.estimate - truth) < 3 * res.se
 
 
+def test_above_exact_max_n_a_factor_is_given_up_at_the_inducing_limit(monkeypatch):
+    from pymc_cv.core import estimate, kernel_cv
+
+    computed = []
+    gram = kernel_cv.stein_gram
+
+    def counting(kernel, B, X, S, tau, X2=None, S2=None, tau2=None):
+        if X2 is not None and X2.shape[0] < X.shape[0]:  # the factor's columns, not a full Gram matrix
+            computed.append(X2.shape[0])
+        return gram(kernel, B, X, S, tau, X2, S2, tau2)
+
+    monkeypatch.setattr(kernel_cv, "stein_gram", counting)
+    monkeypatch.setattr(estimate, "MAX_INDUCING", 128)
+    x, s = _draws(2400, seed=6, d=8)  # eight dimensions: no factor of a few hundred columns exists
+    f = np.sin(x[:, 0]) + np.cos(x[:, 1])
+    res = pymc_cv.cv_estimate(f, x, s, method="cf", exact_max_n=1200, max_tune_points=150)
+    assert res.method == "cf-nystrom"
+    # columns computed while looking for the factor: the limit plus at most one block of 64 past it
+    assert 0 < sum(computed) <= 128 + 64
+    truth = np.exp(-0.5)
+    assert abs(res.estimate - truth) < 3 * res.se
+
+
 def test_results_keep_nothing_n_by_n():
     x, s = _draws(1200, seed=4)
     F = np.column_stack([np.sin(x[:, 0]), np.cos(x[:, 1]), x[:, 0] * x[:, 1]])
