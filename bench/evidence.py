@@ -225,7 +225,8 @@ def main():
                 f"| {name} | {sampler} | {len(runs) - len(ok)} | {np.median(np.abs(arr[:, 0])) if ok else np.nan:.3f} "
                 f"| {np.max(arr[:, 1]) if ok else np.nan:.1f} | {int(np.sum(arr[:, 2])) if ok else 0} "
                 f"| {int(np.sum((arr[:, 1] > 3) & (arr[:, 2] == 0))) if ok else 0} | {int(good.sum())}/{len(runs)} "
-                f"| {np.median(np.abs(arr[:, 3])) if ok else np.nan:.3f} | {np.median(arr[:, 4]) if ok else np.nan:.1f} "
+                f"| {np.median(np.abs(arr[:, 3])) if ok else np.nan:.3f} "
+                f"| {np.median(arr[:, 4]) if ok else np.nan:.1f} "
                 f"| {np.median(np.abs(smc_err)):.3f} | {np.median([a[1] for a in anchor]):.1f} "
                 f"| {np.median(arr[:, 4]) / np.median([a[1] for a in anchor]) if ok else np.nan:.1f} |")
     print(f"\n{seeds} seeds per cell; errors in nats against quadrature (importance sampling for logistic)\n")
