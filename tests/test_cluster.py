@@ -123,16 +123,19 @@ def test_thermodynamic_integration_on_the_cluster_gives_the_serial_log_evidence(
 
 
 def _same_path(remote, serial):
-    """True where the workers drew the serial run's draws (then every number must be the serial one).
-    Under PyTensor 3's Numba backend, code JIT-compiled here and the same code loaded by the workers from
-    Numba's cache can differ in the last bit, and NUTS then takes another path (docs/guide/dask.md), even
-    with the cache warmed first: there the two estimates must agree within their se.  Under PyMC 5 (C
-    backend) the paths must be the same."""
+    """True where every number of the remote run must be the serial one: under PyMC 5 (C backend) the
+    workers draw the serial run's draws and compute the same scores.  Under PyTensor 3's Numba backend,
+    code JIT-compiled here and the same code loaded by the workers from Numba's cache can differ in the
+    last bit (docs/guide/dask.md), even with the cache warmed first: NUTS can then take another path, and
+    on draws equal to 1e-10 a last-bit change in a score can still tip a near tie between two CV orders
+    at a rung (a CI run: 0.008 nats apart).  There the two estimates must agree within their se."""
     same = all(np.allclose(r, s, rtol=0, atol=1e-10)
                for r, s in zip(remote.draws["samples"], serial.draws["samples"]))
     if not same:
         assert int(pm.__version__.split(".")[0]) >= 6, "the workers' draws differ from the serial run's"
+    if int(pm.__version__.split(".")[0]) >= 6:
         assert abs(remote.log_evidence - serial.log_evidence) < 3 * np.hypot(remote.se, serial.se)
+        return False
     return same
 
 
