@@ -236,6 +236,8 @@ def test_each_draw_is_split_for_stan_as_httpstan_splits_it():
         assert draw.split[0] == names and draw.split[2] == [tuple(d) for d in dims] and draw.split[3:] == tuple(ints)
         assert draw.split[1] == [float(v) for v in values]
         assert draw.split[1][:8] == post["m"].values[c, j].ravel(order="F").tolist()
+    bare = _constrained_draws(post, ["m", "s", "v"], values=False)
+    assert all(len(b) == 0 and b.split == d.split for b, d in zip(bare, draws))
 
 
 @pytest.mark.slow
