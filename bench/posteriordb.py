@@ -1,14 +1,15 @@
 """`summary` on real posteriors (the Stan posterior database), with default arguments, against Stan.
 
 For each posterior, in its own subprocess with a time limit: build with PyStan, sample 4 x 1,000
-after 1,000 warm-up iterations (fixed seed), ``pymc_cv.from_pystan``, ``pymc_cv.summary`` with
-defaults and ``az.summary``, each timed in that process.  Errors are against the precise
+after 1,000 warm-up iterations (fixed seed), ArviZ's own conversion, ``pymc_cv.from_pystan``,
+``pymc_cv.summary`` with defaults and ``az.summary``, each timed in that process.  Errors are against the precise
 references of bench/data/posteriordb/ (made by bench/posteriordb_reference.py).
 
 Columns: d (unconstrained parameters), rows, Stan sampling seconds (warm-up included, build not),
-``from_pystan`` and ``summary`` seconds and their ratios to Stan's, the methods chosen; "told": rows
-whose MCMC error is above 3 reference MCSE (only these enter the error ratios, since on the others
-the reference cannot tell); median and worst |CV error| / |MCMC error| over told rows; 2-se
+the seconds of ArviZ's conversion alone (its first call in the process, which a user of ``az.from_pystan``
+pays as well), ``from_pystan`` (after it) and ``summary`` seconds and their ratios to Stan's, the
+methods chosen; "told": rows whose MCMC error is above 3 reference MCSE (only these enter the error
+ratios, since on the others the reference cannot tell); median and worst |CV error| / |MCMC error| over told rows; 2-se
 coverage of the CV intervals (CV se and reference MCSE combined) over all rows; "far": rows more
 than 4 combined se off, and how many of those were flagged ``se_reliable=False``; flagged rows;
 "precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.  The same for the sd
@@ -116,6 +117,7 @@ def run_one(pdb, name):
     import stan
 
     import pymc_cv
+    from pymc_cv import compat
 
     ref = _reference(name)
     p = pset.load(pdb, name)
@@ -125,6 +127,11 @@ def run_one(pdb, name):
         t0 = time.perf_counter()
         fit = posterior.sample(num_chains=4, num_samples=1000, num_warmup=1000)
         t_stan = time.perf_counter() - t0
+    # ArviZ's own conversion first: its first call in a process (xarray's first arrays, about 0.4 s) is
+    # paid by a user of az.from_pystan too, and would otherwise be counted as the scores' cost
+    t0 = time.perf_counter()
+    compat.pystan_posterior(fit, posterior)
+    t_arviz = time.perf_counter() - t0
     t0 = time.perf_counter()
     idata = pymc_cv.from_pystan(fit, posterior)
     t_convert = time.perf_counter() - t0
@@ -136,7 +143,7 @@ def run_one(pdb, name):
     t_az = time.perf_counter() - t0
     divergent = int(np.sum(np.asarray(fit["divergent__"])))
     return {"name": name, "d": int(idata["score"]["unconstrained"].shape[-1]), "rows": len(table),
-            "stan": t_stan, "convert": t_convert, "summary": t_summary, "az": t_az,
+            "stan": t_stan, "arviz": t_arviz, "convert": t_convert, "summary": t_summary, "az": t_az,
             "methods": table["method"].value_counts().to_dict(), "flagged": int((~table["se_reliable"]).sum()),
             "divergent": divergent, **_errors(table, ref)}
 
@@ -153,17 +160,19 @@ def _in_subprocess(pdb, name, timeout):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-HEADER = ("| posterior | d | rows | Stan s | from_pystan s | summary s | from_pystan / Stan | summary / Stan | methods "
-          "| told | median CV/MCMC error | worst | 2-se coverage | far (flagged) | flagged | divergent | precise "
+HEADER = ("| posterior | d | rows | Stan s | ArviZ conversion s | from_pystan s | summary s | from_pystan / Stan "
+          "| summary / Stan | methods | told | median CV/MCMC error | worst | 2-se coverage | far (flagged) | flagged "
+          "| divergent | precise "
           "| sd told | median CV/MCMC sd error | sd 2-se coverage | sd far (flagged) | cv_ess / ess_bulk |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def line(r):
     if "error" in r:
-        return f"| {r['name']} | {r.get('error')} |" + " |" * 20
+        return f"| {r['name']} | {r.get('error')} |" + " |" * 21
     meth = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items(), key=lambda kv: -kv[1]))
-    return (f"| {r['name']} | {r['d']} | {r['rows']} | {r['stan']:.1f} | {r['convert']:.1f} | {r['summary']:.1f} "
+    return (f"| {r['name']} | {r['d']} | {r['rows']} | {r['stan']:.1f} | {r['arviz']:.2f} | {r['convert']:.2f} "
+            f"| {r['summary']:.1f} "
             f"| {r['convert'] / r['stan']:.2f} | {r['summary'] / r['stan']:.2f} | {meth} | {r['told']} "
             f"| {r['median']:.2g} | {r['worst']:.2g} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
             f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} | {r['sd_told']} | {r['sd_median']:.2g} "
@@ -178,6 +187,7 @@ def overall(results):
     cov = sum(r["coverage"] * r["rows"] for r in ok) / rows
     medians = [r["median"] for r in ok if np.isfinite(r["median"])]
     ratio = [r["summary"] / r["stan"] for r in ok]
+    convert = [r["convert"] / r["stan"] for r in ok]
     # over the rows whose sd is judged (the reference's sd is not 0)
     sd_cov = sum(r["sd_covered"] for r in ok) / max(sum(r["sd_judged"] for r in ok), 1)
     # among the rows the table vouches for (se_reliable): what a user who heeds the flag is told
@@ -191,6 +201,7 @@ def overall(results):
             f"median of per-posterior median CV/MCMC error {np.median(medians):.2g}; "
             f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
             f"summary / Stan median {np.median(ratio):.2f}, max {np.max(ratio):.2f}; "
+            f"from_pystan / Stan median {np.median(convert):.2f}, max {np.max(convert):.2f}; "
             f"sd: median of per-posterior median CV/MCMC error {np.median(sd_medians):.2g}, "
             f"2-se coverage {sd_cov:.1%} ({sd_cov_reliable:.1%} of the {sd_reliable} rows marked reliable), "
             "rows far and not flagged "
