@@ -62,9 +62,19 @@ def _weights_khat(log_w):
         return np.nan
 
 
+# order 3 is tried up to this many features (d <= 6): in 10 dimensions its 285 features took 40% of the
+# estimation of SMC evidence on eight schools (0.44 -> 0.29 s without it) and moved the log evidence by
+# at most 0.009 nats, within its se (bench/evidence.py)
+_MAX_ORDER3_FEATURES = 100
+
+
 def _orders(n, d, max_order):
     # an order is tried when the draws with weight are at least twice its number of coefficients
-    return [o for o in range(max_order + 1) if o == 0 or n > 2 * (1 + n_polynomial_features(d, o))]
+    def tried(o):
+        q = n_polynomial_features(d, o)
+        return n > 2 * (1 + q) and (o < 3 or q <= _MAX_ORDER3_FEATURES)
+
+    return [o for o in range(max_order + 1) if o == 0 or tried(o)]
 
 
 @single_threaded_when_small(lambda loglik, *args, **kwargs: np.size(loglik))
