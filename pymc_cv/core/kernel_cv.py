@@ -163,6 +163,7 @@ class _DenseInverse:
         del A
         self.L = L
         self.solved = None
+        self._blocks = {}
 
     def solve(self, B):
         return linalg.cho_solve((self.L, True), B, check_finite=False)
@@ -179,8 +180,16 @@ class _DenseInverse:
     def diag(self):
         return self._diag
 
-    def block(self, idx):  # idx sorted, so the block's lower triangle lies in Ci's
-        blk = self.Ci[np.ix_(idx, idx)]
+    def lower_block(self, idx):
+        """Ci[idx][:, idx] with only its lower triangle valid (``idx`` sorted, so that triangle lies in
+        Ci's), for factorisations that read no more; kept, since every order of the fit asks again."""
+        key = idx.tobytes()
+        if key not in self._blocks:
+            self._blocks[key] = self.Ci[np.ix_(idx, idx)]
+        return self._blocks[key]
+
+    def block(self, idx):
+        blk = self.lower_block(idx)
         return np.tril(blk) + np.tril(blk, -1).T
 
 
@@ -235,15 +244,17 @@ def fit_exact_heldout(problem, spec, keep_fit=False, factor=None):
         def q_block(idx, W=W, CiP=CiP):
             return inverse.block(idx) - W[idx] @ CiP[idx].T
 
-        def intercepts_without(mask, beta=beta, W=W, CiP=CiP, Qy=Qy, q_block=q_block):
+        def intercepts_without(mask, beta=beta, W=W, CiP=CiP, Qy=Qy):
             # deleting block B is adding a dummy per draw of B (coefficients r_B), which moves beta
             # by -(P'C^-1 P)^-1 (C^-1 P)_B' r_B
             idx = np.flatnonzero(mask)
             if factor is not None:
                 r = inverse.solve_block_update(idx, W[idx], CiP[idx], Qy[idx])
             else:
-                r = linalg.cho_solve(linalg.cho_factor(q_block(idx), lower=True, check_finite=False), Qy[idx],
-                                     check_finite=False)
+                # the factorisation reads the lower triangle alone: no symmetric copy of the block
+                lower = inverse.lower_block(idx) - W[idx] @ CiP[idx].T
+                r = linalg.cho_solve(linalg.cho_factor(lower, lower=True, check_finite=False, overwrite_a=True),
+                                     Qy[idx], check_finite=False)
             return beta[:T] - W[idx, :T].T @ r
 
         resid, z = deletion_residuals(Qy, lambda: ci_diag - np.einsum("np,np->n", W, CiP), q_block, labels)
