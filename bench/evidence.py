@@ -17,7 +17,8 @@ closed form:
 Per model, sampler ("nuts", "population", "smc"; "smc" is the default, with 1,000 particles and ZV-CVs)
 and seed: ``thermodynamic_integration(model, sampler=..., random_seed=seed)`` with every other argument
 at the sampler's default; the error of the reported
-estimate and of plain TI (``mc_log_evidence``) in nats, |error| / se, whether it is flagged, seconds.
+estimate and of plain TI (``mc_log_evidence``) in nats, |error| / se, whether it is flagged, seconds, and in
+how many runs importance sampling from the last SMC stage was usable (k-hat < 0.5) and weighed in.
 Beside it, PyMC's own SMC (``pm.sample_smc``, 2 chains, its default draws) and its log marginal
 likelihood (mean over chains), as an anchor.
 
@@ -212,27 +213,32 @@ def main():
                     continue
                 sec = time.perf_counter() - t0
                 err = res.log_evidence - truth
-                runs.append((err, abs(err) / res.se, not res.reliable, res.mc_log_evidence - truth, sec))
+                imp = getattr(res, "importance", None)
+                used = imp is not None and imp.usable
+                runs.append((err, abs(err) / res.se, not res.reliable, res.mc_log_evidence - truth, sec, used))
                 print(f"  {sampler} seed {seed}: error {err:+.4f} se {res.se:.3g} flagged {not res.reliable} "
-                      f"plain TI {res.mc_log_evidence - truth:+.3f} {sec:.0f} s", flush=True)
+                      f"plain TI {res.mc_log_evidence - truth:+.3f} {sec:.1f} s"
+                      + ("" if imp is None else f" importance k-hat {imp.khat:.2f}" + (" used" if used else "")),
+                      flush=True)
                 for note in res.notes if not res.reliable else ():
                     print(f"    note: {note[:160]}", flush=True)
             ok = [r for r in runs if r is not None]
-            arr = np.array(ok) if ok else np.empty((0, 5))
+            arr = np.array(ok, dtype=float) if ok else np.empty((0, 6))
             good = (np.abs(arr[:, 0]) <= 0.1) & (arr[:, 1] <= 3) & (arr[:, 2] == 0) if ok else np.array([])
             smc_err = np.array([a[0] - truth for a in anchor])
             rows.append(
                 f"| {name} | {sampler} | {len(runs) - len(ok)} | {np.median(np.abs(arr[:, 0])) if ok else np.nan:.3f} "
                 f"| {np.max(arr[:, 1]) if ok else np.nan:.1f} | {int(np.sum(arr[:, 2])) if ok else 0} "
                 f"| {int(np.sum((arr[:, 1] > 3) & (arr[:, 2] == 0))) if ok else 0} | {int(good.sum())}/{len(runs)} "
+                f"| {int(np.sum(arr[:, 5])) if ok else 0} "
                 f"| {np.median(np.abs(arr[:, 3])) if ok else np.nan:.3f} "
                 f"| {np.median(arr[:, 4]) if ok else np.nan:.1f} "
                 f"| {np.median(np.abs(smc_err)):.3f} | {np.median([a[1] for a in anchor]):.1f} "
                 f"| {np.median(arr[:, 4]) / np.median([a[1] for a in anchor]) if ok else np.nan:.1f} |")
     print(f"\n{seeds} seeds per cell; errors in nats against quadrature (importance sampling for logistic)\n")
     print("| model | sampler | failed | median abs error | max abs error / se | flagged | > 3 se, not flagged "
-          "| within 0.1 and 3 se, not flagged | plain TI median abs error | median s | PyMC SMC median abs error "
-          "| PyMC SMC s | s / PyMC SMC s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| within 0.1 and 3 se, not flagged | importance sampling used | plain TI median abs error | median s "
+          "| PyMC SMC median abs error | PyMC SMC s | s / PyMC SMC s |\n" + "|---" * 14 + "|")
     print("\n".join(rows))
 
 

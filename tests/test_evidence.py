@@ -352,9 +352,10 @@ def test_smc_stages_refined_by_reweighting_recover_a_closed_form_evidence():
     assert res.temperatures.size > len(stages) >= 3
     assert abs(res.log_evidence - truth) < 3 * res.se and abs(res.log_evidence - truth) < 0.1
     assert any("refine:" in n for n in res.notes)
-    # the README's line: the same estimate afterwards, from the sampled rungs kept in res.draws
+    # the README's line: TI's estimate afterwards, from the sampled rungs kept in res.draws
     again = pymc_cv.ti_from_arrays(**res.draws, method="cti", refine=True, random_seed=3)
-    assert again.log_evidence == pytest.approx(res.log_evidence, abs=1e-9)
+    assert again.log_evidence == pytest.approx(res.ti_log_evidence, abs=1e-9)
+    assert again.ti_log_evidence == again.log_evidence and again.importance is None
     np.testing.assert_array_equal(again.temperatures, res.temperatures)
 
 
@@ -589,6 +590,10 @@ def test_the_default_sampler_is_smc_with_its_own_particles_and_zv_cvs_and_recove
                                        "weighted zv3"}
     truth = -0.5 * np.log(4 * np.pi)
     assert res.reliable and abs(res.log_evidence - truth) < min(0.02, 3 * res.se)
+    # importance sampling from the last stage, weighed in: it agrees with TI here
+    imp = res.importance
+    assert imp.usable and abs(imp.log_evidence - truth) < 3 * imp.se and "second_run" not in res.seconds
+    assert any("inverse-variance mean is reported" in n for n in res.notes)
     # given a ladder, the rungs are NUTS runs
     nuts = pymc_cv.thermodynamic_integration(model, 5, draws=50, tune=100, method="mc", random_seed=1,
                                              progressbar=False)
@@ -606,6 +611,8 @@ def test_smc_with_few_accepted_moves_is_checked_against_a_second_independent_run
 
     monkeypatch.setattr(evidence, "_LOW_ACCEPT", 1.01)  # every stage counts as low
     monkeypatch.setattr(evidence, "_RUNS_APART", apart)
+    # the second run is the check where importance sampling from the particles cannot be used
+    monkeypatch.setattr(evidence, "importance_evidence", lambda *a, **k: None)
     with pm.Model() as model:
         x = pm.Normal("x", 0, 1)
         pm.Normal("y", x, 1, observed=0.0)
@@ -648,3 +655,66 @@ def test_cvs_that_move_neighbouring_rungs_the_same_way_mark_the_result_unreliabl
     assert (cv_drift(bad.moments)[0] > CV_DRIFT).sum() >= 4
     assert not bad.reliable
     assert any("moved the same way from the plain averages" in n and "do not cover" in n for n in bad.notes)
+
+
+def _gaussian_posterior_draws(m, rng):
+    """x ~ N(0, 1), y = 0 ~ N(x, 1): posterior N(0, 1/2), log p(y) = -log(4 pi) / 2, log joint on arrays."""
+    def log_joint(x):
+        return stats.norm.logpdf(0.0, x[:, 0], 1.0) + stats.norm.logpdf(x[:, 0])
+    return rng.normal(0, 0.5**0.5, size=(m, 1)), log_joint, -0.5 * np.log(4 * np.pi)
+
+
+def test_importance_sampling_from_a_t_fitted_to_posterior_draws_recovers_a_closed_form_evidence():
+    from pymc_cv.evidence import importance_evidence
+
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        draws, log_joint, truth = _gaussian_posterior_draws(500, rng)
+        est = importance_evidence(log_joint, draws, rng)
+        assert est.usable and est.khat < 0.5 and est.draws == 10_000
+        assert 0 < est.se < 0.01 and abs(est.log_evidence - truth) < 3 * est.se
+
+
+def test_importance_sampling_is_not_used_where_its_weights_have_an_infinite_variance():
+    """A target (Cauchy) with tails far heavier than the Student-t(5) fitted to draws that miss them
+    (standard normal draws): the weights grow as |x|^4, and k-hat says so."""
+    from pymc_cv.evidence import importance_evidence
+
+    rng = np.random.default_rng(0)
+    draws = rng.normal(size=(2000, 1))
+    est = importance_evidence(lambda x: stats.cauchy.logpdf(x[:, 0]), draws, rng)
+    assert est.khat >= 0.5 and not est.usable
+    # too few draws for a covariance: no proposal at all
+    assert importance_evidence(lambda x: x[:, 0], draws[:3].repeat(2, axis=1), rng) is None
+
+
+@pytest.mark.parametrize("case", ["agree", "replace", "conflict", "unusable"])
+def test_importance_and_ti_are_weighed_as_the_notes_say(case):
+    from pymc_cv.evidence.importance import ImportanceEstimate, weigh_importance
+
+    rng = np.random.default_rng(0)
+    t = power_ladder(21)
+    xs = [rng.normal(0, (1 + ti) ** -0.5, size=(200, 1)) for ti in t]
+    ll = [-0.5 * np.log(2 * np.pi) - 0.5 * x[:, 0] ** 2 for x in xs]
+    res = ti_from_arrays(t, ll, xs, [-x for x in xs], [-x for x in xs], method="cti")
+    ti, ti_se = res.log_evidence, res.se
+    if case == "agree":
+        est = ImportanceEstimate(ti + ti_se, ti_se / 2, 0.2, 10_000, True)
+        assert weigh_importance(res, est) and res.reliable
+        # inverse-variance mean: weights 1 and 4
+        assert res.log_evidence == pytest.approx(ti + 0.8 * ti_se) and res.se == pytest.approx(ti_se / 5**0.5)
+        assert "agree" in res.notes[-1] and "inverse-variance" in res.estimator
+    elif case == "replace":
+        res.reliable = False
+        est = ImportanceEstimate(ti + 10 * ti_se, ti_se / 2, 0.3, 10_000, True)
+        assert weigh_importance(res, est) and res.reliable
+        assert res.log_evidence == est.log_evidence and res.se == est.se and "reported instead" in res.notes[-1]
+    elif case == "conflict":
+        est = ImportanceEstimate(ti + 10 * ti_se, ti_se / 2, 0.3, 10_000, True)
+        assert weigh_importance(res, est) and not res.reliable
+        assert res.log_evidence == ti and "nothing tells which is wrong" in res.notes[-1]
+    else:
+        est = ImportanceEstimate(ti + 10 * ti_se, ti_se / 2, 0.8, 10_000, False)
+        assert not weigh_importance(res, est) and res.reliable and res.log_evidence == ti
+        assert "not used" in res.notes[-1]
+    assert res.importance is est

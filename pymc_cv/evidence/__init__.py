@@ -1,10 +1,11 @@
 """Model evidence on arrays: ladders, quadrature, rung moments with control variates, reweighting,
-stepping stones and the thermodynamic-integration estimator.
+stepping stones, the thermodynamic-integration estimator and importance sampling from the posterior.
 
 Arrays in, arrays out: this layer imports the core and nothing that samples.  The drivers that
 sample power posteriors are in :mod:`pymc_cv.pymc.evidence` and :mod:`pymc_cv.stan.evidence`.
 """
 
+from .importance import ImportanceEstimate, importance_evidence
 from .ladder import conditional_ess, power_ladder, refine_ladder
 from .quadrature import integrate, quadrature_error, quadrature_weights
 from .result import TIResult
@@ -13,5 +14,5 @@ from .thermodynamic_integration import ti_from_arrays
 
 __all__ = [
     "power_ladder", "conditional_ess", "refine_ladder", "integrate", "quadrature_error", "quadrature_weights",
-    "TIResult", "RungMoments", "rung_moments", "ti_from_arrays",
+    "TIResult", "RungMoments", "rung_moments", "ti_from_arrays", "ImportanceEstimate", "importance_evidence",
 ]

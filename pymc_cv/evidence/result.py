@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .importance import ImportanceEstimate
 from .plot import plot_ti_curve
 from .rung_moments import RungMoments
 from .stepping_stone import SteppingStone
@@ -47,6 +48,13 @@ class TIResult:
         the plain averages beyond chance (draws that miss part of the power posterior); ``notes``
         say which.
     notes : list of str
+    importance : ImportanceEstimate or None
+        log p(y) by importance sampling from a Student-t fitted to the posterior draws, where the
+        sampler gives the posterior and the log joint density (``thermodynamic_integration`` with
+        ``sampler="smc"``); ``log_evidence`` and ``se`` then weigh it against TI (``notes`` say how).
+    ti_log_evidence, ti_se : float
+        TI's own estimate and se (what ``ti_from_arrays(**res.draws)`` repeats), equal to
+        ``log_evidence`` and ``se`` unless importance sampling was weighed in.
 
     Examples
     --------
@@ -78,6 +86,13 @@ class TIResult:
     reliable: bool = True
     draws: dict = field(default_factory=dict, repr=False)
     stepping_stone: SteppingStone | None = None
+    importance: ImportanceEstimate | None = None
+    ti_log_evidence: float | None = None
+    ti_se: float | None = None
+
+    def __post_init__(self):
+        if self.ti_log_evidence is None:
+            self.ti_log_evidence, self.ti_se = self.log_evidence, self.se
 
     def plot(self, ax=None, **kwargs):
         """E_t[log p(y|x)] against t, MC and CV, with error bars; see :func:`pymc_cv.plots.plot_ti_curve`."""
@@ -91,5 +106,9 @@ class TIResult:
             + ("" if self.reliable else "  (se unreliable)"),
             f"  plain TI     = {self.mc_log_evidence:.6g} +/- {self.mc_se:.3g}",
         ]
+        if self.importance is not None:
+            imp = self.importance
+            lines.append(f"  importance   = {imp.log_evidence:.6g} +/- {imp.se:.3g}  (k-hat {imp.khat:.2f}"
+                         + ("" if imp.usable else ", not used") + ")")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

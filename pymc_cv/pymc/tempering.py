@@ -145,7 +145,18 @@ def loglik_terms(model, compile_kwargs=None):
         out = loglik_only[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
         return np.asarray(out[0], dtype=float)
 
+    log_joint_only = []
+
+    def log_joint_at(*draws):
+        # log p(y|x) + log p(x) for importance sampling: no gradients
+        if not log_joint_only:
+            log_joint_only.append(batched([inputs[v] for v in values], [loglik + logprior], inputs,
+                                          dict(compile_kwargs or {})))
+        out = log_joint_only[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        return np.asarray(out[0], dtype=float)
+
     terms.loglik = loglik_at
+    terms.log_joint = log_joint_at
     return terms
 
 
