@@ -350,18 +350,57 @@ def setup_step(step, rng, tune, draws):
         step.set_rng(rng)
 
 
-def smc_imh_kernel(model, draws, rng, threshold, compile_kwargs):
-    """PyMC's SMC kernel (IMH), initialised, compiled in the mode the rest of the run uses (a model
-    compiled in two backends, e.g. Numba and C, broke its scan's inner graph on the next run)."""
+def smc_imh_kernel(model, draws, rng, threshold, compile_kwargs, kernel_class=None, prepare=None):
+    """PyMC's SMC kernel (IMH, or ``kernel_class``, a subclass of it), initialised, compiled in the mode
+    the rest of the run uses (a model compiled in two backends, e.g. Numba and C, broke its scan's inner
+    graph on the next run).  Where PyMC's kernels can be initialised again (:func:`smc_reinitialisable`),
+    ``rng`` is used by the initialisation alone, so a kernel built once gives the same run for the same
+    ``rng`` as a new one.  ``prepare(kernel)`` runs before the first initialisation."""
     from pymc.smc.kernels import IMH, SMC_KERNEL
 
     kwargs = {}
     if compile_kwargs and "compile_kwargs" in inspect.signature(SMC_KERNEL.__init__).parameters:
         kwargs["compile_kwargs"] = dict(compile_kwargs)
-    kernel = IMH(draws=draws, model=model, random_seed=rng, threshold=threshold, **kwargs)
-    if hasattr(kernel, "initialize"):
+    cls = kernel_class or IMH
+    if smc_reinitialisable():
+        # the constructor's generator only picks an initial point for the variables' shapes
+        kernel = cls(draws=draws, model=model, random_seed=np.random.default_rng(0), threshold=threshold, **kwargs)
+        if prepare is not None:
+            prepare(kernel)
         kernel.initialize(None, rng)
     else:  # PyMC < 5.2x
+        kernel = cls(draws=draws, model=model, random_seed=rng, threshold=threshold, **kwargs)
+        if prepare is not None:
+            prepare(kernel)
         kernel._initialize_kernel()
         kernel.setup_kernel()
     return kernel
+
+
+def compiled_draws(outputs):
+    """``(draw, rngs)``: a compiled function of no inputs returning ``outputs`` (random variables), and its
+    random generators, for :func:`reseed_draws` before each call (``pm.draw`` compiles at every call)."""
+    from pytensor.tensor.random.type import RandomGeneratorType
+
+    try:
+        from pymc.pytensorf import compile as compile_fn
+    except ImportError:  # PyMC < 5.2x
+        from pymc.pytensorf import compile_pymc as compile_fn
+    fn = compile_fn(inputs=[], outputs=outputs, random_seed=0)
+    return fn, [v for v in fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
+
+
+def reseed_draws(rngs, seed):
+    """New generators for ``rngs`` from ``seed`` (an int, None, or a numpy Generator, which gives one)."""
+    from pymc.pytensorf import reseed_rngs
+
+    if isinstance(seed, np.random.Generator):
+        seed = int(seed.integers(2**63))
+    reseed_rngs(rngs, seed)
+
+
+def smc_reinitialisable():
+    """Whether PyMC's SMC kernels start a new run with ``initialize(start, rng)``."""
+    from pymc.smc.kernels import SMC_KERNEL
+
+    return hasattr(SMC_KERNEL, "initialize")
