@@ -333,15 +333,7 @@ def _smc_kernel(model, draws, rng, threshold, compile_kwargs):
         terms, _ = compiled(model, compile_kwargs, need_nuts=False)
         forward = forward_transform_fn(model, dict(compile_kwargs or {}))
         names = [model.rvs_to_values[rv].name for rv in model.free_RVs]
-
-        def unravel(particles):
-            out, start = [], 0
-            for v in kernel.variables:
-                shape, size = kernel.var_info[v.name]
-                out.append(np.asarray(particles[:, start:start + size]).reshape((particles.shape[0],) + tuple(shape)))
-                start += size
-            return out
-
+        unravel = _unraveller(kernel)
         kernel.densities = lambda particles: terms.densities(*unravel(particles))
         kernel.prior_draws = lambda rng: dict(zip(names, forward(*draw_prior(model, kernel.draws, rng))))
 
@@ -354,6 +346,18 @@ def _smc_kernel(model, draws, rng, threshold, compile_kwargs):
     else:
         cache[key] = smc_imh_kernel(model, draws, rng, threshold, compile_kwargs, _batched_imh(), prepare)
     return cache[key]
+
+
+def _unraveller(kernel):
+    """flat particles (n, d) of a PyMC SMC kernel -> the value variables' draws, each (n, *shape)."""
+    def unravel(particles):
+        out, start = [], 0
+        for v in kernel.variables:
+            shape, size = kernel.var_info[v.name]
+            out.append(np.asarray(particles[:, start:start + size]).reshape((particles.shape[0],) + tuple(shape)))
+            start += size
+        return out
+    return unravel
 
 
 def _batched_imh():
@@ -416,14 +420,7 @@ def smc_rungs(model, draws, random_seed=None, progressbar=False, threshold=0.5, 
     check_temperable(model)
     rng = np.random.default_rng(random_seed)
     kernel = _smc_kernel(model, draws, rng, threshold, compile_kwargs)
-
-    def unravel(particles):
-        out, start = [], 0
-        for v in kernel.variables:
-            shape, size = kernel.var_info[v.name]
-            out.append(np.asarray(particles[:, start:start + size]).reshape((particles.shape[0],) + tuple(shape)))
-            start += size
-        return out
+    unravel = _unraveller(kernel)
 
 
     temps, stages, accept = [0.0], [unravel(kernel.tempered_posterior)], [np.nan]
