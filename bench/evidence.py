@@ -20,7 +20,8 @@ at the sampler's default; the error of the reported
 estimate and of plain TI (``mc_log_evidence``) in nats, |error| / se, whether it is flagged, seconds, and in
 how many runs importance sampling from the last SMC stage was usable (k-hat < 0.5) and weighed in.
 Beside it, PyMC's own SMC (``pm.sample_smc``, 2 chains, its default draws) and its log marginal
-likelihood (mean over chains), as an anchor.
+likelihood (mean over chains), as an anchor (no maintained Python package for bridge sampling is on the
+package index).
 
 Usage: python bench/evidence.py [SEEDS] [MODEL ...] [--samplers nuts,population,smc]
 """
