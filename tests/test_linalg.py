@@ -96,3 +96,21 @@ def test_pivoted_factor_reaches_its_tolerance_or_says_it_cannot():
     assert np.max(np.diag(K - fac.F @ fac.F.T)) <= 1e-8
     assert np.max(np.abs(K - fac.F @ fac.F.T)) <= 1e-8  # PSD residual: off-diagonals below the diagonal
     assert pivoted_factor(np.ones(400), lambda idx: np.eye(400)[:, idx], 1e-8, 50, rng) is None  # full rank
+
+
+def test_pivoted_factor_gives_up_on_the_way_when_its_schedule_says_it_is_far_from_the_tolerance():
+    from pymc_cv.core.low_rank import pivoted_factor
+
+    computed = []
+
+    def columns(idx):
+        computed.append(idx.size)
+        return np.eye(600)[:, idx]
+
+    diag = np.ones(600)  # the identity: every column leaves the others' diagonal at 1, 1e8 tolerances away
+    rng = np.random.default_rng(2)
+    assert pivoted_factor(diag, columns, 1e-8, 480, rng, give_up=((1 / 3, 1e6),)) is None
+    assert 160 <= sum(computed) < 160 + 64  # stopped at the first block past a third of 480
+    computed.clear()
+    assert pivoted_factor(diag, columns, 1e-8, 480, rng, give_up=()) is None
+    assert 480 <= sum(computed) < 480 + 64  # without a schedule: at the limit

@@ -28,7 +28,7 @@ from scipy.linalg import lapack
 
 from .heldout import deletion_residuals, jackknife_bias
 from .linalg import cholesky_jitter, gls_from_solves, gls_solve, loo_residuals, reml_projector
-from .low_rank import LowRankInverse, pivoted_factor
+from .low_rank import HALFWAY, LowRankInverse, pivoted_factor
 from .polynomial import n_polynomial_features, stein_polynomial_features
 
 __all__ = ["KernelCVFit", "design_matrix", "fit_kernel_cv", "polynomial_part", "stein_gram"]
@@ -282,6 +282,15 @@ def _well_conditioned(M, limit=1e12):
 # a factor of G counts as G when no draw's diagonal entry is off by more than this share of the
 # nugget (tenth: held-out residuals within 1%, estimates within 0.05 se of the exact fit's in d = 1-6)
 _FACTOR_TOL = 0.1
+# a factor of up to N / 3 columns still costs a fraction of the exact fit: posteriordb at 4,000 draws,
+# factors of 705-1,091 columns (nes, mesquite, low_dim_gauss_mix, hmm_example, gp_pois_regr) took
+# summary 3.6 -> 1.7 s, 3.4 -> 1.4 s, 2.0 -> 1.0 s, 2.5 -> 1.3 s, 4.0 -> 3.3 s against at most N / 6
+_FACTOR_SHARE = 3
+# where the exact fit is the alternative a factor also gives up a third of the way (posteriordb, 4,000
+# draws, m_max = 1,333: factors that finished were within 7e3 of the tolerance there, eight schools and
+# garch 2e6-3e8); above exact_max_n the alternative is inducing points, which lose accuracy (GP
+# regression, 20,000 draws: given up at a third, the mean's error ratio 0.025 -> 0.099), so only halfway
+_GIVE_UP_BEFORE_EXACT = ((1 / 3, 1e6), (1 / 2, 1e5))
 # below this many draws the exact fit takes a few hundredths of a second: no factor is tried
 _FACTOR_MIN_N = 1000
 # memory for a factor above exact_max_n draws (N x M doubles)
@@ -290,20 +299,21 @@ _FACTOR_BYTES = 2.5e8
 
 def low_rank_factor(problem, spec, exact_max_n, rng, max_columns=None):
     """A :class:`~.low_rank.LowRankFactor` of the problem's Stein Gram matrix G, to a tenth of the
-    nugget, when one with at most a sixth as many columns as draws exists (a failed attempt costs
-    about a twentieth of the exact fit); None otherwise (then fit exactly, or with inducing points
-    above ``exact_max_n`` draws).  ``max_columns``: above ``exact_max_n`` draws, no more columns than
-    this (the inducing-point fit's own limit, which a larger factor costs more than)."""
+    nugget, when one with at most a third as many columns as draws exists (a sixth above
+    ``exact_max_n`` draws); None otherwise (then fit exactly, or with inducing points above
+    ``exact_max_n`` draws).  ``max_columns``: above ``exact_max_n`` draws, no more columns than this
+    (the inducing-point fit's own limit, which a larger factor costs more than)."""
     X, S, _, tau, _, _ = problem
     kernel, B = spec.kernel, spec.B
     N = X.shape[0]
     if N < _FACTOR_MIN_N:
         return None
-    m_max = N // 6 if N <= exact_max_n else int(min(N // 6, _FACTOR_BYTES / (8 * N), max_columns or np.inf))
+    m_max = N // _FACTOR_SHARE if N <= exact_max_n else int(min(N // 6, _FACTOR_BYTES / (8 * N), max_columns or np.inf))
     k0 = kernel.diag(X, S)
     diag = k0 * np.diag(B)[tau]
     return pivoted_factor(diag, lambda idx: stein_gram(kernel, B, X, S, tau, X[idx], S[idx], tau[idx]),
-                          _FACTOR_TOL * float(np.min(spec.nugget)) * float(np.mean(k0)), m_max, rng)
+                          _FACTOR_TOL * float(np.min(spec.nugget)) * float(np.mean(k0)), m_max, rng,
+                          give_up=_GIVE_UP_BEFORE_EXACT if N <= exact_max_n else HALFWAY)
 
 
 def kernel_predictor(kernel, B, Z, SZ, tz, T, order, coef, beta):

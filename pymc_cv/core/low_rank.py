@@ -10,7 +10,7 @@ F comes from randomly pivoted Cholesky (Chen, Epperly, Tropp and Webber 2023) in
 picked with probability proportional to the diagonal the factor does not yet explain, their kernel
 columns are computed and the part the factor already explains is removed; the block adds the
 directions of its residual matrix whose eigenvalues exceed the tolerance.  It stops once no draw's
-unexplained diagonal exceeds the tolerance, or at ``m_max`` columns, or halfway there when it is still
+unexplained diagonal exceeds the tolerance, or at ``m_max`` columns, or on the way there when it is still
 far from the tolerance (then the caller fits exactly).
 """
 
@@ -22,10 +22,10 @@ import numpy as np
 
 __all__ = ["LowRankFactor", "pivoted_factor", "LowRankInverse"]
 
-# halfway to m_max the largest unexplained diagonal entry is still this many times the tolerance: the
-# factor will not be done in time (posteriordb, 4,000 draws: factors that finished were within 3e3 of
-# it at that point, garch and eight schools, which did not, 2e6-3e9 away), so stop there
-_HALFWAY = 1e5
+# (share of m_max, how many times the tolerance the largest unexplained diagonal entry may still be
+# there): past it the factor will not be done in time (posteriordb, 4,000 draws, m_max = 666: factors
+# that finished were within 3e3 of the tolerance halfway, garch and eight schools, which did not, 2e6-3e9)
+HALFWAY = ((1 / 2, 1e5),)
 
 
 class LowRankFactor(NamedTuple):
@@ -36,10 +36,11 @@ class LowRankFactor(NamedTuple):
     pivots: np.ndarray  # the draws whose kernel columns were computed
 
 
-def pivoted_factor(diag, columns: Callable, tol, m_max, rng, block=64):
+def pivoted_factor(diag, columns: Callable, tol, m_max, rng, block=64, give_up=HALFWAY):
     """A :class:`LowRankFactor` of the PSD matrix with diagonal ``diag`` (N,) and columns
     ``columns(idx) -> (N, len(idx))``, to ``tol`` on every diagonal entry; None when that takes
-    more than ``m_max`` columns."""
+    more than ``m_max`` columns, or when ``give_up`` (pairs of a share of ``m_max`` and a multiple of ``tol``)
+    says it will."""
     residual = np.asarray(diag, dtype=float).copy()
     N = residual.size
     # columns are written into one buffer: growing F by concatenation copied it at every block, a
@@ -49,7 +50,7 @@ def pivoted_factor(diag, columns: Callable, tol, m_max, rng, block=64):
     F = buffer[:, :0]
     pivots = []
     while residual.max() > tol:
-        if m >= m_max or (m >= m_max // 2 and residual.max() > _HALFWAY * tol):
+        if m >= m_max or any(m >= share * m_max and residual.max() > far * tol for share, far in give_up):
             return None
         p = np.maximum(residual, 0.0)
         picked = np.unique(rng.choice(N, size=min(block, N), p=p / p.sum()))
