@@ -137,8 +137,7 @@ def run_one(pdb, name):
     t_convert = time.perf_counter() - t0
     # az.summary before pymc_cv.summary, for the same reason: the first diagnostics in a process (xarray
     # importing dask where it is installed, ArviZ 0.x compiling its numba functions: 0.3 s of az.summary's
-    # first call here, 0.5 s of pymc_cv.summary's when it came first) are
-    # paid by whichever comes first
+    # first call here, 0.5 s of pymc_cv.summary's when it came first) are paid by whichever comes first
     t0 = time.perf_counter()
     az.summary(idata)
     t_az = time.perf_counter() - t0
