@@ -283,8 +283,8 @@ def _well_conditioned(M, limit=1e12):
 # nugget (tenth: held-out residuals within 1%, estimates within 0.05 se of the exact fit's in d = 1-6)
 _FACTOR_TOL = 0.1
 # a factor of up to N / 3 columns still costs a fraction of the exact fit: posteriordb at 4,000 draws,
-# factors of 705-1,091 columns (nes, mesquite, low_dim_gauss_mix, hmm_example, gp_pois_regr) took
-# summary 3.6 -> 1.7 s, 3.4 -> 1.4 s, 2.0 -> 1.0 s, 2.5 -> 1.3 s, 4.0 -> 3.3 s against at most N / 6
+# factors of 705-1,091 columns took summary 3.3 -> 1.5 s (nes), 3.1 -> 1.4 s (mesquite), 1.7 -> 0.9 s
+# (low_dim_gauss_mix), 2.3 -> 1.1 s (hmm_example), 3.7 -> 3.1 s (gp_pois_regr) against at most N / 6
 _FACTOR_SHARE = 3
 # where the exact fit is the alternative a factor also gives up a third of the way (posteriordb, 4,000
 # draws, m_max = 1,333: factors that finished were within 7e3 of the tolerance there, eight schools and
