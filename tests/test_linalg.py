@@ -5,7 +5,7 @@ import pytest
 
 from pymc_cv.core.kernel_cv import design_matrix, fit_kernel_cv
 from pymc_cv.core.kernels import SquaredExponential
-from pymc_cv.core.linalg import cholesky_jitter, restricted_loglik
+from pymc_cv.core.linalg import cholesky_jitter, restricted_loglik, restricted_loglik_value
 
 
 def _problem():
@@ -34,6 +34,21 @@ def test_reml_gradient_matches_finite_differences(profile):
     fd = [(restricted_loglik(C_of(theta + h * e)[0], P, y, profile)[0]
            - restricted_loglik(C_of(theta - h * e)[0], P, y, profile)[0]) / (2 * h) for e in np.eye(3)]
     np.testing.assert_allclose(grad, fd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("profile", [True, False])
+@pytest.mark.parametrize("columns", [1, 3])
+def test_reml_value_from_solves_and_weights_without_projector_equal_the_full_computation(profile, columns):
+    X, S, y = _problem()
+    Y = y if columns == 1 else np.column_stack([y, np.cos(X[:, 1]), X[:, 0] * X[:, 1]])
+    P = design_matrix(X, S, np.zeros(40, dtype=int), 1, 1)
+    C = SquaredExponential(lengthscale=np.array([1.3, 0.7])).gram(X, S) + 1e-4 * np.eye(40)
+    value, W, Q = restricted_loglik(C, P, Y, profile_scale=profile)
+    assert Q is not None
+    np.testing.assert_allclose(restricted_loglik_value(C, P, Y, profile_scale=profile), value, rtol=1e-10)
+    value_w, W_only, none = restricted_loglik(C, P, Y, profile_scale=profile, projector=False)
+    assert none is None and value_w == value
+    np.testing.assert_array_equal(W_only, W)
 
 
 def test_loo_residuals_equal_refits_without_each_draw():

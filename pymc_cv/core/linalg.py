@@ -12,8 +12,8 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import blas, lapack
 
-__all__ = ["cholesky_jitter", "lower_solve", "gls_solve", "gls_from_solves", "restricted_loglik", "reml_projector",
-           "loo_residuals"]
+__all__ = ["cholesky_jitter", "lower_solve", "gls_solve", "gls_from_solves", "restricted_loglik",
+           "restricted_loglik_value", "reml_projector", "loo_residuals"]
 
 
 # a pivot L_ii^2 below this share of C_ii: column i is collinear with the earlier ones to within
@@ -123,7 +123,7 @@ def gls_from_solves(P, CiP, Y, CiY):
     return beta, coef, Minv, s2
 
 
-def restricted_loglik(C, P, y, profile_scale=True, allow_jitter=True):
+def restricted_loglik(C, P, y, profile_scale=True, allow_jitter=True, projector=True):
     """Restricted (REML) log-likelihood of y ~ N(P beta, s2 C) with a flat prior on beta.
 
     ``y`` may be (N,) or (N, k): k columns sharing C (summed log-likelihoods).
@@ -135,6 +135,7 @@ def restricted_loglik(C, P, y, profile_scale=True, allow_jitter=True):
     leave-one-out residuals of the GLS fit.  With ``allow_jitter`` False a
     C that is not numerically positive definite raises ``ValueError``
     instead of being jittered, so an optimiser sees a smooth objective.
+    With ``projector`` False, W is formed in Q's memory and ``Q`` is None (what an optimiser needs).
     """
     N, p = P.shape
     L, _ = cholesky_jitter(C, max_tries=8 if allow_jitter else 1)
@@ -143,16 +144,37 @@ def restricted_loglik(C, P, y, profile_scale=True, allow_jitter=True):
     q = Q @ Yc
     yQy = np.einsum("nk,nk->k", Yc, q)
     k = Yc.shape[1]
+    value = _reml_value(yQy, L, Mc, N, p, profile_scale)
+    a = q / np.maximum(yQy / (N - p), 1e-150) if profile_scale else q
+    # each column gets its own amplitude; the kernel shape is shared
+    if projector:
+        return value, a @ q.T - k * Q, Q
+    Q *= -k
+    Q += a @ q.T
+    return value, Q, None
+
+
+def _reml_value(yQy, L, Mc, N, p, profile_scale):
     logdet = 2.0 * np.sum(np.log(np.diag(L))) + 2.0 * np.sum(np.log(np.diag(Mc[0])))
+    k = yQy.size
     if profile_scale:
-        # each column gets its own amplitude; the kernel shape is shared
         s2 = np.maximum(yQy / (N - p), 1e-150)
-        value = float(np.sum(-0.5 * (N - p) * np.log(s2)) - 0.5 * k * logdet)
-        W = (q / s2) @ q.T - k * Q
-    else:
-        value = float(-0.5 * np.sum(yQy) - 0.5 * k * logdet)
-        W = q @ q.T - k * Q
-    return value, W, Q
+        return float(np.sum(-0.5 * (N - p) * np.log(s2)) - 0.5 * k * logdet)
+    return float(-0.5 * np.sum(yQy) - 0.5 * k * logdet)
+
+
+def restricted_loglik_value(C, P, y, profile_scale=True, allow_jitter=True):
+    """The value of :func:`restricted_loglik` alone, from triangular solves: no inverse of C,
+    a third of the cost where the gradient is not wanted (an optimiser's starting points)."""
+    N, p = P.shape
+    L, _ = cholesky_jitter(C, max_tries=8 if allow_jitter else 1)
+    Yc = y[:, None] if y.ndim == 1 else y
+    solved = lower_solve(L, np.column_stack([P, Yc]))
+    b, a = solved[:, :p], solved[:, p:]
+    Mc = linalg.cho_factor(b.T @ b, lower=False, check_finite=False)
+    ab = a.T @ b
+    yQy = np.einsum("nk,nk->k", a, a) - np.einsum("kp,pk->k", ab, linalg.cho_solve(Mc, ab.T, check_finite=False))
+    return _reml_value(yQy, L, Mc, N, p, profile_scale)
 
 
 def reml_projector(L, P):
@@ -161,10 +183,13 @@ def reml_projector(L, P):
     Ci, info = lapack.dpotri(L, lower=1)  # C^-1 from the factor: a third of a solve against I
     if info != 0:
         raise ValueError("Could not invert the kernel matrix from its Cholesky factor; increase `nugget`.")
-    Ci = np.tril(Ci) + np.tril(Ci, -1).T
+    # dpotri fills the lower triangle only
+    Ci = np.tril(Ci)
+    Ci += np.tril(Ci, -1).T
     CiP = Ci @ P
     Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
-    return Ci - CiP @ linalg.cho_solve(Mc, CiP.T, check_finite=False), Mc
+    Ci -= CiP @ linalg.cho_solve(Mc, CiP.T, check_finite=False)
+    return Ci, Mc
 
 
 def loo_residuals(Q, y):

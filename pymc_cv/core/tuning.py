@@ -20,7 +20,7 @@ from scipy import linalg, optimize
 
 from .kernel_cv import design_matrix
 from .kernels import gram_with_contraction
-from .linalg import restricted_loglik
+from .linalg import restricted_loglik, restricted_loglik_value
 from .threads import single_threaded_when_small
 
 __all__ = ["Hyperparameters", "tune_marginal_likelihood", "subsample_per_task", "tune_points"]
@@ -122,29 +122,41 @@ def tune_marginal_likelihood(
     Bmask = B[np.ix_(tau, tau)]
     n_k = kernel.n_params
 
-    def fixed_objective(theta):
+    def fixed_covariance(theta, contraction):
         kern = kernel.with_log_params(theta[:n_k])
         eta = np.exp(theta[n_k]) if tune_nugget else nugget
-        K, contract, diag_grad = gram_with_contraction(kern, X, S)
+        K, contract, diag_grad = gram_with_contraction(kern, X, S) if contraction else (kern.gram(X, S), None, None)
         scale = float(np.mean(np.diag(K)))
         C = Bmask * K if T > 1 else K.copy()
         C[np.diag_indices(N)] += eta * scale
+        return C, eta, scale, contract, diag_grad
+
+    def fixed_objective(theta):
+        C, eta, scale, contract, diag_grad = fixed_covariance(theta, True)
         try:
-            value, W, _ = restricted_loglik(C, P, y, profile_scale=True, allow_jitter=False)
+            value, W, _ = restricted_loglik(C, P, y, profile_scale=True, allow_jitter=False, projector=False)
         except (ValueError, np.linalg.LinAlgError):
             return np.inf, np.zeros_like(theta)
         # the nugget follows the mean diagonal of K, so it moves with the lengthscale too
-        grad = list(0.5 * (contract(Bmask * W if T > 1 else W) + eta * diag_grad * np.trace(W)))
+        trace_w = np.trace(W)
+        grad = list(0.5 * (contract(Bmask * W if T > 1 else W) + eta * diag_grad * trace_w))
         if tune_nugget:
-            grad.append(0.5 * eta * scale * np.trace(W))
+            grad.append(0.5 * eta * scale * trace_w)
         return -value, -np.asarray(grad)
+
+    def fixed_value(theta):
+        try:
+            return -restricted_loglik_value(fixed_covariance(theta, False)[0], P, y, profile_scale=True,
+                                            allow_jitter=False)
+        except (ValueError, np.linalg.LinAlgError):
+            return np.inf
 
     theta0 = kernel.log_params()
     if n_k or tune_nugget:
         starts = []
         for mult in _START_MULTIPLES if n_k else (1.0,):
             th = np.concatenate([theta0 + np.log(mult), [np.log(nugget)] if tune_nugget else []])
-            starts.append((fixed_objective(th)[0], th))
+            starts.append((fixed_value(th), th))
         f_start, start = min(starts, key=lambda s: s[0])
         bounds = [(t - np.log(50.0), t + np.log(50.0)) for t in theta0]
         if tune_nugget:
@@ -154,7 +166,7 @@ def tune_marginal_likelihood(
         theta, f_theta = (res.x, res.fun) if np.isfinite(res.fun) else (start, f_start)
     else:
         theta = np.zeros(0)
-        f_theta = fixed_objective(theta)[0]
+        f_theta = fixed_value(theta)
     kern = kernel.with_log_params(theta[:n_k])
     eta = float(np.exp(theta[n_k])) if tune_nugget else nugget
     best = Hyperparameters(kern, eta, B, -f_theta)
@@ -195,7 +207,7 @@ def _learn_task_matrix(start, X, S, y, tau, T, P, n_k):
         C = Bm * K
         C[np.diag_indices(N)] += np.exp(log_nug)
         try:
-            value, W, _ = restricted_loglik(C, P, y, profile_scale=False, allow_jitter=False)
+            value, W, _ = restricted_loglik(C, P, y, profile_scale=False, allow_jitter=False, projector=False)
         except (ValueError, np.linalg.LinAlgError):
             return np.inf, np.zeros_like(params)
         grad = list(0.5 * contract(W * Bm))
