@@ -44,7 +44,7 @@ def _check_printed(section, shown):
     assert max(len(line) for line in shown) <= 80
 
 
-def test_readme_pymc_example(capsys):
+def test_readme_pymc_example():
     namespace = {}
     exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
     _check(namespace["table"])
