@@ -302,3 +302,23 @@ def test_lotka_volterra_program_matches_the_pymc_model():
         assert stan_lp[k] - stan_lp[0] == pytest.approx(pymc_lp[k] - pymc_lp[0], abs=1e-8)
     for x in points:
         np.testing.assert_allclose(density.grad(x), dlogp(as_point(x)), rtol=1e-8, atol=1e-8)
+
+
+def test_unconstrained_draws_from_recovered_transforms_equal_stans_at_every_draw(posterior):
+    """p (lower and upper bound), lambda (lower) and mu (none): from_pystan unconstrains the draws with
+    the transforms recovered at a few of them, and they are Stan's transform_inits at every draw."""
+    from pymc_cv.stan import convert
+
+    fit = posterior.sample(num_chains=2, num_samples=300, num_warmup=300)
+    idata = pymc_cv.from_pystan(fit, posterior)
+    density = convert._StanDensity(posterior)
+    post = pymc_cv.compat.group(idata, "posterior")
+    with density.batch():
+        draws = convert._constrained_draws(post, list(posterior.param_names), values=False)
+        assert convert._unconstrained_elementwise(density, draws) is not None
+        stan_u = np.array([density.direct.transform_inits(density.data, d) for d in draws])
+    X = idata.unconstrained_posterior["unconstrained"].values.reshape(-1, 3)
+    np.testing.assert_allclose(X, stan_u, rtol=1e-13, atol=1e-13)
+    G = idata.score["unconstrained"].values.reshape(-1, 3)
+    with density.batch():
+        np.testing.assert_allclose(G[::50], [density.grad(u) for u in stan_u[::50]], rtol=1e-12, atol=1e-12)

@@ -203,6 +203,7 @@ def _loo_mse(spec, order, X, S, Y):
     return np.mean(loo_residuals(Q, Y)[0] ** 2, axis=0)
 
 
+@single_threaded_when_small(lambda tuned, X, *a: X.shape[0])
 def _one_kernel_suffices(tuned, X, S, Y, notes):
     """Whether the CF can use the SECF's tuned kernel (``tuned``: the CF's and the SECF's specs, each
     with the order it was tuned at), judged by exact leave-one-out errors on the tuning draws."""

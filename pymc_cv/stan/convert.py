@@ -3,7 +3,10 @@
 The scores are Stan's own gradient of the log density on the unconstrained space with the
 Jacobian of the constraining transforms (``log_prob_grad`` with ``adjust_transform``), and the
 unconstrained draws Stan's own ``transform_inits`` of each constrained draw: the same two groups
-``compute_scores`` writes for PyMC, so ``pymc_cv.summary`` works unchanged.
+``compute_scores`` writes for PyMC, so ``pymc_cv.summary`` works unchanged.  Where every constraint
+acts on one scalar at a time (bounds, offset and multiplier), ``transform_inits`` is called at a few
+dozen draws only, and the transforms it shows there (``unconstrain``), checked at other draws, give
+the rest: half the calls.
 
 Both go through the model's compiled httpstan extension module, called directly (0.1 ms a
 draw); PyStan's HTTP methods (``unconstrain_pars``, ``grad_log_prob``; ~10 ms a draw) are the
@@ -32,6 +35,7 @@ from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..evidence.rung_moments import RungArrays
 from ..idata_groups import with_cv_groups
 from ..progress import progress_bar
+from . import unconstrain
 
 # PyStan and httpstan load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
@@ -157,8 +161,13 @@ def _scores(density, post, progressbar):
         # the extension module reads only a draw's split form: no per-draw dict of values
         draws = _constrained_draws(post, list(density.posterior.param_names), values=density.direct is None)
         task = bar.add_task("Stan scores", completed=0, total=len(draws))
+        U = _unconstrained_elementwise(density, draws)
         for i, point in enumerate(draws):
-            u, g = density.point_and_score(point)
+            if U is None:
+                u, g = density.point_and_score(point)
+            else:
+                u = U[i]
+                g = density.direct.log_prob_grad(density.data, u, True)
             X.append(u)
             G.append(g)
             if i % 200 == 199 or i == len(draws) - 1:
@@ -170,6 +179,42 @@ def _scores(density, post, progressbar):
                       stacklevel=3)
     shape = (post.sizes["chain"], post.sizes["draw"], X.shape[1])
     return X.reshape(shape), G.reshape(shape)
+
+
+# draws beyond each coordinate's extremes at which Stan's transform_inits fits the transforms, and
+# at which the fitted transforms are checked against it
+_PROBES, _CHECKS = 8, 16
+
+
+def _unconstrained_elementwise(density, draws):
+    """Every draw's unconstrained values as lists, from Stan's transforms recovered at a few draws
+    (``unconstrain``), checked against ``transform_inits`` at others; None where they cannot be
+    (constraints that are not elementwise), or without the extension module."""
+    if density.direct is None or len(draws) < 4 * (_PROBES + _CHECKS):
+        return None
+    direct, data = density.direct, density.data
+    Xc = np.array([p.split[1] for p in draws], dtype=float)
+    # the draws hold transformed parameters and generated quantities too, after the parameters: as
+    # many of their first values as Stan writes back for a point without those are the parameters
+    u0 = direct.transform_inits(data, draws[0])
+    n_par = len(direct.write_array(data, u0, False, False))
+    if n_par != len(u0) or not unconstrain.matches(np.array(direct.write_array(data, u0, False, False)),
+                                                  Xc[0, :n_par]):
+        return None
+    Xc = Xc[:, :n_par]
+    rng = np.random.default_rng(0)
+    probes = unconstrain.probe_draws(Xc, _PROBES, rng)
+    stan_u = np.array([direct.transform_inits(data, draws[i]) for i in probes], dtype=float)
+    transforms = unconstrain.fit_transforms(Xc[probes], stan_u)
+    if transforms is None:
+        return None
+    U = transforms(Xc)
+    checks = rng.choice(np.setdiff1d(np.arange(len(draws)), probes), size=_CHECKS, replace=False)
+    stan_check = np.array([direct.transform_inits(data, draws[i]) for i in checks], dtype=float)
+    if not (np.all(np.isfinite(U)) and unconstrain.matches(U[checks], stan_check)):
+        return None
+    U[probes] = stan_u
+    return U.tolist()
 
 
 def _build(stan, program_code, data):
