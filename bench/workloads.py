@@ -6,7 +6,8 @@ exact reference (bench/workload_models.py), and 2-se coverage of the CV estimate
 sd (cv_sd against the reference's posterior sd), and the median cv_ess / ess_bulk.  Rows whose
 MCMC error is within 3 reference se are not used for the error ratios (the reference cannot tell).
 With nutpie installed, a second table: each model sampled by nutpie (compilation timed apart) with
-its stored gradients, and summary on those draws against nutpie's sampling time.
+its stored gradients, and summary on those draws against nutpie's sampling time, beside az.summary's
+own seconds on the same draws over nutpie's (what any table with ArviZ's diagnostics costs at least).
 
 Usage: python bench/workloads.py [draws] [model ...]     (draws per chain, default 1000; 4 chains)
        REF_FACTOR=k: the long-run reference (stochastic volatility) has k x draws per chain (default 10)
@@ -100,8 +101,12 @@ def _with_nutpie(model, integrands, draws, ref):
     t0 = time.perf_counter()
     table = _summary(idata, integrands)
     t_summary = time.perf_counter() - t0
-    return {"compile": t_compile, "sample": t_sample, "summary": t_summary, "backend": table.attrs["score_backend"],
-            **_accuracy(table, ref)}
+    # ArviZ's own table on the same draws: what any summary with its diagnostics costs at least
+    t0 = time.perf_counter()
+    az.summary(idata)
+    t_az = time.perf_counter() - t0
+    return {"compile": t_compile, "sample": t_sample, "summary": t_summary, "az": t_az,
+            "backend": table.attrs["score_backend"], **_accuracy(table, ref)}
 
 
 def run(name, draws):
@@ -191,13 +196,15 @@ def main():
         return
     print(f"\nnutpie (store_unconstrained=True, store_gradient=True), 4 chains x {draws} draws (tune 1000); summary "
           "on its draws with the sampler's stored gradients (nothing compiled by pymc-cv)\n")
-    print("| model | nutpie compile s | nutpie sample s | summary s | summary / nutpie sample | median CV/MCMC error "
-          "| worst | rows told | 2-se coverage | median CV/MCMC sd error | sd 2-se coverage |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | nutpie compile s | nutpie sample s | summary s | summary / nutpie sample | az.summary / nutpie "
+          "sample | median CV/MCMC error | worst | rows told | 2-se coverage | median CV/MCMC sd error "
+          "| sd 2-se coverage |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         n = r["nutpie"]
         print(f"| {r['model']} | {n['compile']:.1f} | {n['sample']:.2f} | {n['summary']:.2f} "
-              f"| {n['summary'] / n['sample']:.2f} | {n['median']:.3f} | {n['worst']:.3f} | {n['told']} "
+              f"| {n['summary'] / n['sample']:.2f} | {n['az'] / n['sample']:.2f} | {n['median']:.3f} "
+              f"| {n['worst']:.3f} | {n['told']} "
               f"| {n['coverage']:.0%} | {n['sd_median']:.3g} | {n['sd_coverage']:.0%} |")
 
 

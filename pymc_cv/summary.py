@@ -584,8 +584,10 @@ class _RowFitter:
         k = len(vals)
         squares, centre = centred_squares(Y)
         # the kernel tuned on the rows alone: tuned with the squares too, it lost up to 7x on exp(s mu)
+        # the squares' mixing is the rows' (their R-hat is the rows' folded one): cv_sd falls back
+        # to the plain sd where the row is unmixed
         res = cv_estimate(np.column_stack([Y, squares]), self.Xf, self.Sf, method=method, chain=self.chain,
-                          tune_columns=np.arange(k), **self.cv_opts)
+                          tune_columns=np.arange(k), check_mixing=np.arange(k), **self.cv_opts)
         if not self.cv_interval:
             return [_record(label, v, res, j, self.results, more=_MoreFits((res, k + j), centre[j]),
                             ci_prob=self.ci_prob) for j, (label, v) in enumerate(zip(labels, vals))]

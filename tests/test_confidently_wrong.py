@@ -130,6 +130,38 @@ def test_stuck_chains_are_flagged_by_the_array_estimators():
     assert bool(ok.se_reliable) and not any("chains disagree" in n for n in ok.notes)
 
 
+
+def test_check_mixing_names_the_integrands_it_checks():
+    rng = np.random.default_rng(1)
+    chain = np.repeat([0, 1], 250)
+    x = np.concatenate([ar1_chain(rng, 250, 0.5), ar1_chain(rng, 250, 0.5) + 2.0])[:, None]
+    Y = np.column_stack([x[:, 0], x[:, 0] ** 2])
+    only_second = pymc_cv.cv_estimate(Y, x, -x, chain=chain, check_scores=False, check_mixing=[1])
+    assert list(only_second.se_reliable) == [True, False]
+    assert not any("integrand 0: its chains disagree" in n for n in only_second.notes)
+    none = pymc_cv.cv_estimate(Y, x, -x, chain=chain, check_scores=False, check_mixing=False)
+    assert none.se_reliable.all() and not any("chains disagree" in n for n in none.notes)
+    for bad in ("yes", [2], 1):
+        with pytest.raises(ValueError, match="check_mixing"):
+            pymc_cv.cv_estimate(Y, x, -x, chain=chain, check_scores=False, check_mixing=bad)
+
+
+def test_chains_that_disagree_in_scale_alone_flag_the_row_and_its_sd_is_the_plain_one():
+    """summary checks the rows' mixing, not that of the squares its sd comes from: a row's rank R-hat
+    is the larger of its bulk and folded values, and the folded one sees chains of one centre and
+    different spreads (one chain of four 2.5 times as wide: R-hat 1.10)."""
+    rng = np.random.default_rng(11)
+    sd = np.array([1.0, 1.0, 1.0, 2.5])[:, None]
+    draws = rng.normal(size=(4, 500)) * sd
+    idata = with_cv_groups(from_dict({"posterior": {"mu": draws}}), {"mu": draws}, {"mu": -draws / sd**2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = pymc_cv.summary(idata, progressbar=False)
+    row = table.loc["mu"]
+    assert not row["se_reliable"] and row["r_hat"] > 1.05
+    assert any(n.startswith("mu: R-hat") for n in table.attrs["notes"]), table.attrs["notes"]
+    assert row["method_sd"] == "mc" and row["cv_sd"] == pytest.approx(np.std(draws, ddof=1), rel=1e-12)
+
 # -- repeated draws ------------------------------------------------------------------------------
 
 def test_repeated_draws_share_a_fold():

@@ -51,6 +51,17 @@ def test_chains_that_disagree_are_marked_on_their_row_only():
     assert res.notes[0].startswith("integrand 1: its chains disagree")
 
 
+
+def test_only_the_mixing_columns_are_checked():
+    rng = np.random.default_rng(2)
+    x, Y = _two_integrands(rng)
+    chain = np.repeat([0, 1], 200)
+    Y[chain == 1, 1] += 3.0
+    skipped = pipeline.run(Y, chain, _exact_for_first_column(Y), mixing_columns=np.array([0]))
+    assert skipped.se_reliable.all() and not any("disagree" in n for n in skipped.notes)
+    checked = pipeline.run(Y, chain, _exact_for_first_column(Y), mixing_columns=np.array([1]))
+    assert list(checked.se_reliable) == [True, False] and checked.notes[0].startswith("integrand 1: its chains")
+
 def test_scores_of_another_target_are_an_error_and_a_mild_mismatch_a_finding():
     import pytest
 

@@ -363,6 +363,7 @@ def cv_estimate(
     random_seed=0,
     check_scores=True,
     check_tails=True,
+    check_mixing=True,
     client=None,
     return_fit=False,
     tune_columns=None,
@@ -428,6 +429,13 @@ def cv_estimate(
         :func:`pymc_cv.core.uncertainty.heavy_tail_note`): control variates extrapolate into tails
         the draws rarely reach.  Callers that check many related sets of draws once for all
         (thermodynamic integration checks its end rungs) turn it off.
+    check_mixing : bool or array of int
+        With chain labels, mark an integrand unreliable, with a note, when its chains disagree
+        beyond chance (ArviZ's rank-normalised split R-hat, see :mod:`pymc_cv.core.mixing`): True
+        checks every integrand, a list of column indices of ``values`` those alone, False none.
+        ``summary`` checks the rows and not the centred squares that give their sd: the rank
+        R-hat of f is the larger of its bulk and folded (|f - median|) values, and the ranks of
+        (f - mean)^2 are those of |f - mean|.
     client : dask.distributed.Client, optional
         Above ``exact_max_n`` draws, where no low-rank factor of the kernel matrix exists (that one
         is fitted here, with or without a client), keep the inducing-point features (N x M) as a
@@ -471,6 +479,7 @@ def cv_estimate(
     opts = CVSettings(kernel=kernel, zv_penalty=zv_penalty, random_seed=random_seed, client=check_client(client),
                       return_fit=bool(return_fit),
                       tune_columns=check_columns("tune_columns", tune_columns, Y.shape[1]), **opts)
+    mixing = _mixing_columns(check_mixing, Y.shape[1])
     rep = repeated_draws(X)
     target = pipeline.Target(X, S, chain, repeats=rep)
     findings = pipeline.check_scores([target], second_order=True) if check_scores else []
@@ -478,8 +487,19 @@ def cv_estimate(
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
     solver = _Solver(method, X, S, Y, chain, rep, std, opts)
     res = pipeline.run(Y, chain, solver, findings, choose="first" if solver.strict else "best",
-                       fallback=not solver.strict, standardizer=std if return_fit else None)
+                       fallback=not solver.strict, standardizer=std if return_fit else None,
+                       mixing_columns=mixing)
     return pipeline.squeeze(res) if one_d else res
+
+
+def _mixing_columns(check_mixing, k):
+    """The integrands whose chains are checked for mixing (None: all)."""
+    if isinstance(check_mixing, (bool, np.bool_)):
+        return None if check_mixing else np.zeros(0, dtype=int)
+    if isinstance(check_mixing, str) or np.ndim(check_mixing) != 1:
+        raise ValueError(f"`check_mixing` must be True, False or a list of column indices of `values`; "
+                         f"got {check_mixing!r}.")
+    return check_columns("check_mixing", check_mixing, k)
 
 
 class _Solver:

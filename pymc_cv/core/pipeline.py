@@ -75,7 +75,7 @@ def check_tails(targets):
 
 
 def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choose="best", fallback=True,
-        standardizer=None):
+        standardizer=None, mixing_columns=None):
     """The estimate of every integrand (task) from the candidates ``solver(notes)`` returns.
 
     Parameters
@@ -91,6 +91,8 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
         (so the first reads first).
     kind, choose, fallback, standardizer
         As :func:`~pymc_cv.core.finalize.finalize` takes them.
+    mixing_columns : array of int, optional
+        The integrands (``kind="integrand"``) whose chains are checked for mixing; None: all.
 
     Returns
     -------
@@ -100,7 +102,7 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     candidates = solver(notes)
     res = finalize(values, chains, candidates, choose=choose, fallback=fallback, kind=kind, notes=notes,
                    standardizer=standardizer)
-    for j, (rhat, limit) in _unmixed(values, chains, kind):
+    for j, (rhat, limit) in _unmixed(values, chains, kind, mixing_columns):
         res.mark_unreliable(unmixed_note(f"{kind} {j}", rhat, limit), j)
     for f in reversed(list(findings)):
         rows = f.rows
@@ -112,10 +114,14 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     return res
 
 
-def _unmixed(values, chains, kind):
-    """(row, (R-hat, limit)) for the rows whose chains disagree beyond chance."""
+def _unmixed(values, chains, kind, columns=None):
+    """(row, (R-hat, limit)) for the rows (of ``columns``, None: all) whose chains disagree beyond chance."""
     if kind == "integrand":
-        yield from unmixed_columns(values, chains).items()
+        if columns is None:
+            yield from unmixed_columns(values, chains).items()
+        elif columns.size:
+            for j, found in unmixed_columns(np.asarray(values)[:, columns], chains).items():
+                yield int(columns[j]), found
         return
     for t, y in enumerate(values):
         for _, found in unmixed_columns(y, None if chains is None else chains[t]).items():
