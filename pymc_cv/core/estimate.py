@@ -434,8 +434,8 @@ def cv_estimate(
         beyond chance (ArviZ's rank-normalised split R-hat, see :mod:`pymc_cv.core.mixing`): True
         checks every integrand, a list of column indices of ``values`` those alone, False none.
         ``summary`` checks the rows and not the centred squares that give their sd: the rank
-        R-hat of f is the larger of its bulk and folded (|f - median|) values, and the ranks of
-        (f - mean)^2 are those of |f - mean|.
+        R-hat of f is the larger of its bulk and folded (``abs(f - median)``) values, and the ranks
+        of ``(f - mean)**2`` are those of ``abs(f - mean)``.
     client : dask.distributed.Client, optional
         Above ``exact_max_n`` draws, where no low-rank factor of the kernel matrix exists (that one
         is fitted here, with or without a client), keep the inducing-point features (N x M) as a
