@@ -174,3 +174,21 @@ def test_auto_polynomial_order_fits_the_draws_hyperparameters_are_tuned_on():
     assert res.hyperparameters[0]["poly_order"] < 2
     truth = 0.1 * np.arange(4)
     assert np.all(np.abs(res.estimate - truth) <= np.abs(res.mc_estimate - truth) + 1e-3)
+
+
+def test_a_polynomial_design_that_cannot_be_fitted_falls_back_to_none_with_a_note():
+    # one parameter written twice: its Stein polynomials in the two copies are the same columns, so
+    # the semi-exact design is rank deficient (population chains of a nearly Gaussian posterior hit
+    # this to rounding); the vv-CV without polynomials is fitted instead of the call failing
+    rng = np.random.default_rng(0)
+    vals, Xs, Ss = [], [], []
+    for m in (0.0, 0.5):
+        x = rng.normal(m, 1.0, size=(150, 1))
+        Xs.append(np.hstack([x, x]))
+        Ss.append(np.hstack([-(x - m) / 2, -(x - m) / 2]))
+        vals.append(x[:, 0] ** 2)
+    res = pymc_cv.vvcv_estimate(vals, Xs, Ss, random_seed=0)
+    assert any("not fitted" in n and "rank deficient" in n for n in res.notes)
+    assert np.all(np.abs(res.estimate - np.array([1.0, 1.25])) <= 3 * res.se)
+    with pytest.raises(ValueError, match="rank deficient"):
+        pymc_cv.vvcv_estimate(vals, Xs, Ss, random_seed=0, poly_order=2)

@@ -12,8 +12,13 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import blas, lapack
 
-__all__ = ["cholesky_jitter", "lower_solve", "gls_solve", "gls_from_solves", "restricted_loglik",
-           "restricted_loglik_value", "reml_projector", "loo_residuals"]
+__all__ = ["RankDeficientDesignError", "cholesky_jitter", "lower_solve", "gls_solve", "gls_from_solves",
+           "restricted_loglik", "restricted_loglik_value", "reml_projector", "loo_residuals"]
+
+
+class RankDeficientDesignError(ValueError):
+    """The intercept/polynomial design of a GLS fit is rank deficient for these draws (P' C^-1 P
+    cannot be factorised): a design of lower polynomial order may still be fitted."""
 
 
 # a pivot L_ii^2 below this share of C_ii: column i is collinear with the earlier ones to within
@@ -84,6 +89,17 @@ def lower_solve(L, B, overwrite_b=False):
     return blas.dtrsm(1.0, np.asfortranarray(L), B, lower=1, overwrite_b=overwrite_b)
 
 
+def _factor_design(M):
+    """The Cholesky factor (upper, for ``cho_solve``) of P' C^-1 P, or ``RankDeficientDesignError``."""
+    try:
+        return linalg.cho_factor(M, lower=False, check_finite=False)
+    except linalg.LinAlgError:
+        raise RankDeficientDesignError(
+            "The polynomial/intercept design is rank deficient for these draws: use a lower "
+            "`poly_order` or more draws."
+        ) from None
+
+
 def gls_solve(C, P, Y):
     """Generalised least squares of Y (N, k) on P (N, p) with covariance C.
 
@@ -108,13 +124,7 @@ def gls_from_solves(P, CiP, Y, CiY):
     (P' C^-1 P)^-1 and the profiled amplitudes ``s2`` = y' Q y / (N - p) (k,), clipped at 0.
     Raises ``ValueError`` when P is rank deficient.
     """
-    try:
-        Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
-    except linalg.LinAlgError:
-        raise ValueError(
-            "The polynomial/intercept design is rank deficient for these draws: use a lower "
-            "`poly_order` or more draws."
-        ) from None
+    Mc = _factor_design(P.T @ CiP)
     beta = linalg.cho_solve(Mc, P.T @ CiY, check_finite=False)
     coef = CiY - CiP @ beta
     N, p = P.shape
@@ -171,7 +181,7 @@ def restricted_loglik_value(C, P, y, profile_scale=True, allow_jitter=True):
     Yc = y[:, None] if y.ndim == 1 else y
     solved = lower_solve(L, np.column_stack([P, Yc]))
     b, a = solved[:, :p], solved[:, p:]
-    Mc = linalg.cho_factor(b.T @ b, lower=False, check_finite=False)
+    Mc = _factor_design(b.T @ b)
     ab = a.T @ b
     yQy = np.einsum("nk,nk->k", a, a) - np.einsum("kp,pk->k", ab, linalg.cho_solve(Mc, ab.T, check_finite=False))
     return _reml_value(yQy, L, Mc, N, p, profile_scale)
@@ -187,7 +197,7 @@ def reml_projector(L, P):
     Ci = np.tril(Ci)
     Ci += np.tril(Ci, -1).T
     CiP = Ci @ P
-    Mc = linalg.cho_factor(P.T @ CiP, check_finite=False)
+    Mc = _factor_design(P.T @ CiP)
     Ci -= CiP @ linalg.cho_solve(Mc, CiP.T, check_finite=False)
     return Ci, Mc
 

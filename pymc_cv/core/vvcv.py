@@ -28,6 +28,7 @@ from .heldout import fold_labels, jackknife_bias
 from .kernel_cv import fit_exact_heldout, low_rank_factor
 from .kernels import KERNEL_NAMES, make_kernel
 from .kronecker import fit_shared_draws, reml_task_matrix
+from .linalg import RankDeficientDesignError
 from .nystrom import fit_nystrom_heldout
 from .polynomial import n_polynomial_features
 from .problem import HeldoutProblem, KernelSpec
@@ -286,12 +287,28 @@ class _TaskSolver:
         rng = np.random.default_rng(opts.random_seed)
         if self.use_shared:
             orders = [order] + ([0] if opts.poly_order == "auto" and order > 0 else [])
-            fits = [("shared", _run_shared(Zs[0], SZs[0], np.column_stack(yst), plan, o, self.chains[0], rng))
-                    for o in orders]
+            name = "shared"
+
+            def run(o):
+                return _run_shared(Zs[0], SZs[0], np.column_stack(yst), plan, o, self.chains[0], rng)
         else:
             problem = _task_problem(Zs, SZs, yst, self.chains, plan.folds)
-            solver = opts.solver if opts.solver != "auto" else ("exact" if N <= opts.exact_max_n else "inducing")
-            fits = [(solver, _run_general(problem, plan, order, solver, opts, rng))]
+            name = opts.solver if opts.solver != "auto" else ("exact" if N <= opts.exact_max_n else "inducing")
+            orders = [order] + ([0] if opts.poly_order == "auto" and order > 0 else [])
+
+            def run(o):
+                return _run_general(problem, plan, o, name, opts, rng)
+        fits = []
+        for o in orders:
+            try:
+                fits.append((name, run(o)))
+            except RankDeficientDesignError as err:
+                if o == 0 or opts.poly_order != "auto":
+                    raise
+                # Stein polynomials of nearly Gaussian draws can be collinear to rounding
+                notes.append(f"vv-CV with polynomials of order {o} not fitted ({err}); fitted without them.")
+            if fits and not self.use_shared:
+                break  # the general solver's fallback to order 0 only where the polynomials cannot be fitted
         cands = [_candidate(name, locs, scales, fit) for name, fit in fits]
         self.first_info = cands[0].info
         return cands
