@@ -101,9 +101,10 @@ def _grid_posterior_means(model, post, functions, points=61):
     """Posterior expectations by quadrature on a grid over the value variables (scalar each;
     ``post`` holds their draws, for the grid's extent), with the model's own log density (Jacobian
     included): a reference independent of the draws' noise."""
-    from pymc_cv.pymc.scores import _cached_score_fn
+    from pymc_cv.pymc.scores import batch_input, batched
 
-    fn, _ = _cached_score_fn(model, {})
+    inputs = {v: batch_input(v) for v in model.value_vars}
+    fn = batched([inputs[v] for v in model.value_vars], [model.logp(jacobian=True)], inputs, {})
     names = [v.name for v in model.value_vars]
     draws = np.column_stack([np.asarray(post[n]).ravel() for n in names])
     axes = [np.linspace(m - 8 * s, m + 8 * s, points) for m, s in zip(draws.mean(0), draws.std(0))]
@@ -350,3 +351,22 @@ def test_second_order_stein_identities_hold_on_exact_draws_and_fail_without_a_re
     assert chk.level == "mild" and chk.second_order_z > 2 * chk.second_order_threshold
     only_second = ScoreCheck(np.zeros(3), -np.ones(3), np.zeros((2, 3)), 3.0, "mild", 5.0, 3.3)
     assert "second-order Stein identities" in only_second.message()
+
+
+def test_scores_follow_a_data_change_that_changes_the_shapes_of_the_parameters():
+    # the compiled function cuts its raveled input into the variables' shapes; a model whose data set
+    # the number of group effects is sampled again after pm.set_data with another number of groups
+    with pm.Model(coords={"g": range(3)}) as model:
+        n = pm.Data("n", np.zeros(3))
+        a = pm.Normal("a", 0.0, 1.0, shape=n.shape)
+        pm.Normal("y", a.sum(), 1.0, observed=np.array(0.5))
+    for groups in (3, 5):
+        with model:
+            pm.set_data({"n": np.zeros(groups)})
+        idata = _sample(model, draws=200)
+        scored = pymc_cv.compute_scores(idata, model, progressbar=False, extend_inferencedata=False)
+        x = np.asarray(scored["unconstrained_posterior"]["a"])
+        assert x.shape[-1] == groups
+        # log p = -|a|^2 / 2 - (y - sum a)^2 / 2: the exact gradient at every draw
+        exact = -x + (0.5 - x.sum(axis=-1, keepdims=True))
+        np.testing.assert_allclose(np.asarray(scored["score"]["a"]), exact, rtol=1e-10, atol=1e-12)

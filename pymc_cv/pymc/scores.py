@@ -1,11 +1,12 @@
 """Scores of a PyMC model at every posterior draw, on the unconstrained space.
 
-The gradient of ``model.logp(jacobian=True)`` with respect to the value variables is
-compiled once and vectorised over a leading draw axis (``vectorize_graph``), so all draws
-are evaluated in one call (FINDINGS: ~75x faster than a loop over ``compile_dlogp``).  Draws
-on the unconstrained space are taken from the posterior when it already holds the value
-variables (``idata_kwargs={"include_transformed": True}``), and otherwise computed from the
-constrained draws with the model's own transforms, vectorised the same way.
+The log density (Jacobian included) and its gradient come from the function PyMC's NUTS
+compiles, ``model.logp_dlogp_function(ravel_inputs=True)``, called once per draw.  After
+``pm.sample`` its compiled code is in PyTensor's cache, so it costs a fraction of a second where
+a graph of our own took seconds of C compilation (`bench/scores.py`).  Draws on the
+unconstrained space are taken from the posterior when it already holds the value variables
+(``idata_kwargs={"include_transformed": True}``), and otherwise computed from the constrained
+draws with the model's own transforms, vectorised over draws and run by numpy (no compilation).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from . import bambi
 
 __all__ = ["compute_scores"]
 
-_CHUNK = 20_000  # draws per batched call, to bound memory on very long runs
+_CHUNK = 1_000  # draws per step of the progress bar
 
 
 def check_model(model):
@@ -120,7 +121,12 @@ def posterior_fn(model, compile_kwargs):
 
 
 def forward_transform_fn(model, compile_kwargs):
-    """Compiled map from batched constrained draws of the free RVs to batched value variables."""
+    """Compiled map from batched constrained draws of the free RVs to batched value variables.
+
+    Without a ``mode`` in ``compile_kwargs`` it runs on numpy (PyTensor's Python linker, without
+    elementwise fusion, whose fused loops would run element by element there): transforms are a
+    few elementwise ops, which compiled to C cost a second or more of compilation per model."""
+    from pytensor.compile.mode import Mode, get_mode
     from pytensor.graph.replace import graph_replace
 
     core = {rv: rv.type() for rv in model.free_RVs}
@@ -134,23 +140,37 @@ def forward_transform_fn(model, compile_kwargs):
         # parameters of a transform (e.g. Uniform bounds) may depend on other free RVs
         outs.append(graph_replace(expr, {r: core[r] for r in model.free_RVs if r is not rv}, strict=False))
     inputs = {rv: batch_input(core[rv]) for rv in model.free_RVs}
+    if "mode" not in compile_kwargs:
+        optimizer = get_mode("FAST_RUN").provided_optimizer.excluding("fusion")
+        compile_kwargs = {**compile_kwargs, "mode": Mode(linker="py", optimizer=optimizer)}
     return batched([inputs[rv] for rv in model.free_RVs], outs, {core[rv]: inputs[rv] for rv in model.free_RVs},
                     compile_kwargs)
 
 
-def _score_fn(model, compile_kwargs):
-    """Compiled batched joint log density (Jacobian included) and its gradient w.r.t. the value
-    variables: one call gives [logp (m,), *grads]."""
-    import pytensor.tensor as pt
+class SamplerGradient:
+    """The joint log density (Jacobian included) and its gradient at draws of the value variables,
+    from the function PyMC's NUTS compiles (``model.logp_dlogp_function(ravel_inputs=True)``).
 
-    logp = model.logp(jacobian=True)
-    grads = pt.grad(logp, model.value_vars)
-    inputs = {v: batch_input(v) for v in model.value_vars}
-    try:
-        return batched([inputs[v] for v in model.value_vars], [logp, *grads], inputs, compile_kwargs), True
-    except Exception:  # an Op without a batched form: fall back to one call per draw
-        return (model.compile_logp(jacobian=True, **compile_kwargs),
-                model.compile_dlogp(jacobian=True, **compile_kwargs)), False
+    Its compiled code is in PyTensor's cache once the model was sampled with PyMC's NUTS, so
+    building it costs graph rewriting alone: 0.2-1.0 s on the workloads' models against 4-22 s for
+    a batched graph of our own, whose elementwise loops gcc compiled anew.  Calling it once per
+    draw costs 5-200 microseconds a draw.
+    """
+
+    def __init__(self, model, compile_kwargs):
+        self._fn = model.logp_dlogp_function(ravel_inputs=True, **compile_kwargs)
+        self._fn.set_extra_values({})  # every value variable is differentiated (check_model)
+        self.dtype = self._fn.dtype
+
+    def __call__(self, X):
+        """(logp (m,), gradient (m, d)) at the draws ``X`` (m, d), the value variables raveled
+        and concatenated in the model's order."""
+        X = np.ascontiguousarray(X, dtype=self.dtype)
+        logp = np.empty(X.shape[0])
+        grad = np.empty(X.shape)
+        for i, x in enumerate(X):
+            logp[i], grad[i] = self._fn(x)
+        return logp, grad
 
 
 def _check_draws_match(post, model, shapes):
@@ -197,8 +217,9 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     progressbar : bool
         Show PyMC's progress bar while draws are evaluated in chunks.
     compile_kwargs : dict, optional
-        Passed to ``pytensor.function``; e.g. ``{"mode": "NUMBA"}`` for models with a ``scan``
-        (an ODE solver), whose batched form otherwise loops over draws in Python.
+        Passed to ``model.logp_dlogp_function``, the compilation of the log density and its
+        gradient that ``pm.sample`` does: give the ``compile_kwargs`` the draws were sampled with
+        (e.g. ``{"mode": "NUMBA"}``) and the compiled code in PyTensor's cache is used again.
     check_logp : bool
         Compare the model's log density at the draws with the one the sampler recorded
         (``sample_stats.lp``, nutpie's ``logp``): equal up to a constant per chain, or a
@@ -217,7 +238,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     arviz.InferenceData
         ``idata`` (or a new InferenceData) with ``unconstrained_posterior`` (value variables,
         e.g. ``sigma_log__``) and ``score`` (grad log p, Jacobian included), with the model's
-        dims and coords.  The compiled score function is cached per model.
+        dims and coords.  The compiled function is kept per model for later calls.
 
     Examples
     --------
@@ -262,7 +283,8 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         fwd = forward_transform_fn(model, compile_kwargs)
         # a float32 model (pytensor.config.floatX) takes float32 input, whatever the sampler stored
         constrained = [_flat(post, rv.name, n).astype(rv.dtype) for rv in model.free_RVs]
-    score_fn, batched = _cached_score_fn(model, compile_kwargs)
+    score_fn = _cached_score_fn(model, compile_kwargs, shapes)
+    sizes = [int(np.prod(shapes[v.name], dtype=int)) for v in value_vars]
     chunks = [slice(i, min(i + _CHUNK, n)) for i in range(0, n, _CHUNK)]
     out_v = [[] for _ in value_vars]
     out_s = [[] for _ in value_vars]
@@ -272,12 +294,13 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         for sl in chunks:
             vals = fwd(*[c[sl] for c in constrained]) if fwd is not None else [v[sl] for v in values]
             vals = [np.asarray(v, dtype=value_vars[i].dtype) for i, v in enumerate(vals)]
-            logp, grads = _evaluate(score_fn, batched, vals, value_vars, shapes)
-            out_lp.append(np.asarray(logp, dtype=float))
-            for i in range(len(value_vars)):
+            m = sl.stop - sl.start
+            logp, grad = score_fn(np.concatenate([v.reshape(m, -1) for v in vals], axis=1))
+            out_lp.append(logp)
+            for i, g in enumerate(np.split(grad, np.cumsum(sizes)[:-1], axis=1)):
                 out_v[i].append(vals[i])
-                out_s[i].append(np.asarray(grads[i]))
-            bar.advance(task, sl.stop - sl.start)
+                out_s[i].append(g.reshape(vals[i].shape))
+            bar.advance(task, m)
 
     def regroup(parts, var):
         return np.concatenate(parts).reshape((n_chain, n_draw) + tuple(shapes[var.name]))
@@ -295,7 +318,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         )
     dims, coords = dims_and_coords(model, shapes)
     new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords,
-                         attrs={"score_backend": "pymc (the model's compiled gradient)"})
+                         attrs={"score_backend": "pymc (the gradient function PyMC's NUTS compiles)"})
     if not extend_inferencedata:
         return new
     return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
@@ -314,20 +337,6 @@ def _stored_scores(idata, model):
     layout = [(v.name, tuple(int(k) for k in shapes[v.name])) for v in model.value_vars]
     dims, coords = dims_and_coords(model, shapes)
     return with_stored_scores(idata, layout, dims=dims, coords=coords)
-
-
-def _evaluate(score_fn, batched, vals, value_vars, shapes):
-    """Log density (m,) and gradients (one array per value variable) at m draws."""
-    if batched:
-        logp, *grads = score_fn(*vals)
-        return logp, grads
-    logp_fn, dlogp_fn = score_fn
-    points = [{v.name: vals[i][j] for i, v in enumerate(value_vars)} for j in range(len(vals[0]))]
-    sizes = [int(np.prod(shapes[v.name], dtype=int)) for v in value_vars]
-    flat = np.array([dlogp_fn(p) for p in points])
-    grads = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
-    return (np.array([logp_fn(p) for p in points]),
-            [g.reshape((-1,) + tuple(shapes[v.name])) for g, v in zip(grads, value_vars)])
 
 
 _RECORDED_LOGP = ("lp", "logp")  # PyMC's NUTS and NumPyro; nutpie
@@ -388,15 +397,16 @@ def dims_and_coords(model, shapes):
     return dims, coords
 
 
-# compiled batched score functions per model and compile options (compiling takes seconds,
-# a minute for a model with an ODE; a model is immutable in what the gradient graph depends on
-# except its shared data, which the compiled function reads at call time)
+# compiled score functions per model, compile options and shapes of the variables (compiling takes
+# seconds, a minute for a model with an ODE; a model is immutable in what the gradient graph depends
+# on except its shared data, which the compiled function reads at call time, and which can change the
+# shapes the raveled input is cut into)
 _SCORE_FNS = weakref.WeakKeyDictionary()
 
 
-def _cached_score_fn(model, compile_kwargs):
-    key = repr(sorted(compile_kwargs.items()))
+def _cached_score_fn(model, compile_kwargs, shapes):
+    key = (repr(sorted(compile_kwargs.items())), repr(sorted((k, tuple(int(i) for i in v)) for k, v in shapes.items())))
     cache = _SCORE_FNS.setdefault(model, {})
     if key not in cache:
-        cache[key] = _score_fn(model, compile_kwargs)
+        cache[key] = SamplerGradient(model, compile_kwargs)
     return cache[key]
