@@ -4,7 +4,9 @@ With ``center_predictors=True`` (Bambi's default) a model samples the intercept 
 predictors and, after sampling, writes the intercept of the original predictors into
 ``posterior`` in its place.  The scores must be taken at the points that were sampled, so the
 centred intercept is recovered here (intercept + mean of the predictors . slopes, the inverse of
-Bambi's own step); the posterior the table reports on is left as the user has it.
+Bambi's own step).  Group-specific terms are non-centred, term = offset x sigma, and ``fit`` drops
+the offsets from ``posterior`` (``omit_offsets=True``, its default); they are recovered as
+term / sigma.  The posterior the table reports on is left as the user has it.
 """
 
 from __future__ import annotations
@@ -39,8 +41,57 @@ def _coefficients(post, names):
     return np.concatenate(parts, axis=2)
 
 
+def _noncentred_factors(model, name):
+    """(offset, sigma): the free variables whose product is the Deterministic ``name``, the form of
+    Bambi's non-centred terms (``pm.Deterministic(label, offset * sigma)``); None for any other form."""
+    from pytensor.compile.ops import ViewOp
+    from pytensor.scalar import Mul
+    from pytensor.tensor.elemwise import DimShuffle, Elemwise
+
+    var = model.named_vars.get(name)
+    if var is None or not any(var is d for d in model.deterministics):
+        return None
+    while var.owner is not None and isinstance(var.owner.op, ViewOp):
+        var = var.owner.inputs[0]
+    if var.owner is None or not (isinstance(var.owner.op, Elemwise) and isinstance(var.owner.op.scalar_op, Mul)):
+        return None
+    factors = []
+    for inp in var.owner.inputs:
+        while inp.owner is not None and isinstance(inp.owner.op, DimShuffle):
+            inp = inp.owner.inputs[0]
+        factors.append(inp)
+    free = model.free_RVs
+    if len(factors) != 2 or not all(any(f is rv for rv in free) for f in factors):
+        return None
+    return factors[0].name, factors[1].name
+
+
+def _restore_offsets(model, post):
+    """``post`` with the offsets of non-centred terms that it lacks, as term / sigma (a copy; ``post``
+    itself when none is missing or none can be recovered: the caller's check names what is missing)."""
+    out = post
+    for rv in model.free_RVs:
+        if rv.name in post or not rv.name.endswith("_offset"):
+            continue
+        term = rv.name[: -len("_offset")]
+        factors = _noncentred_factors(model, term)
+        if term not in post or factors is None or rv.name not in factors:
+            continue
+        sigma = factors[1] if factors[0] == rv.name else factors[0]
+        if sigma not in post or not set(post[sigma].dims) <= set(post[term].dims):
+            continue
+        offset = (post[term] / post[sigma]).transpose(*post[term].dims)
+        if not np.all(np.isfinite(offset.values)):
+            continue
+        if out is post:
+            out = post.copy()
+        out[rv.name] = offset
+    return out
+
+
 def sampled_posterior(bmb_model, post):
-    """``post`` with every centred intercept restored to the value the sampler drew.
+    """``post`` with the draws Bambi's ``fit`` rewrote or dropped restored to what the sampler drew:
+    every centred intercept, and the offsets of non-centred terms.
 
     Parameters
     ----------
@@ -52,14 +103,14 @@ def sampled_posterior(bmb_model, post):
     Returns
     -------
     xarray.Dataset
-        A copy (``post`` itself when nothing was centred).
+        A copy (``post`` itself when nothing was rewritten or dropped).
     """
     import xarray as xr
     from bambi.utils import get_aliased_name
 
+    out = post = _restore_offsets(pymc_model(bmb_model), post)
     if not bmb_model.center_predictors:
         return post
-    out = post
     for component in bmb_model.backend.distributional_components.values():
         term = component.component
         if not (term.intercept_term and term.common_terms):

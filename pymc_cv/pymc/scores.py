@@ -180,9 +180,12 @@ def _check_draws_match(post, model, shapes):
     if not have_values:
         missing = [rv.name for rv in model.free_RVs if rv.name not in post]
         if missing:
+            hint = (" Bambi's fit leaves out the offsets of group-specific terms (omit_offsets=True); pass the "
+                    "Bambi model itself as model=, or fit with omit_offsets=False."
+                    if all(name.endswith("_offset") for name in missing) else "")
             raise ValueError(
                 f"The posterior has no draws of {missing}; was idata sampled from this model? "
-                f"It holds {sorted(post.data_vars)}."
+                f"It holds {sorted(post.data_vars)}.{hint}"
             )
     for var in model.value_vars if have_values else model.free_RVs:
         got = tuple(post[var.name].shape[2:])
