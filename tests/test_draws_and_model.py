@@ -147,6 +147,29 @@ def test_bambi_default_models_are_right_within_3_se(family):
     assert np.asarray(idata.posterior["Intercept"]).mean() == table.loc["Intercept", "mean"]  # left as it was
 
 
+def test_bambi_categorical_response_gets_each_category_intercept_back():
+    # a response with categories has an intercept and slopes per category, each uncentred by fit
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    n = 120
+    df = pd.DataFrame({"x": rng.normal(1.5, 1.0, n)})  # far from 0: the centring moves the intercepts
+    level = np.clip(np.round(0.3 + 0.6 * df.x + rng.logistic(size=n)).astype(int), 0, 2)
+    df["y"] = pd.Categorical(np.array(["a", "b", "c"])[level])
+    m = bmb.Model("y ~ x", df, family="categorical")
+    idata = m.fit(draws=400, tune=400, chains=2, random_seed=1, progressbar=False)
+    # the density check tells the points the sampler visited: the draws as fit left them are not
+    with pytest.raises(DrawsModelMismatchError, match="Bambi"):
+        pymc_cv.compute_scores(idata, m.backend.model, extend_inferencedata=False, progressbar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = pymc_cv.summary(idata, model=m, progressbar=False)
+    assert len(table) == 4 and table["se_reliable"].all()
+    assert np.all(np.abs(table["cv_mean"] - table["mean"]) <= 4 * table["mcse_mean"])
+    assert np.all(table["variance_reduction"] > 10)
+
+
 def test_bambi_group_specific_terms_fitted_without_their_offsets():
     # Bambi's fit drops the offsets of its non-centred terms (omit_offsets=True, the default)
     bmb = pytest.importorskip("bambi")

@@ -32,13 +32,15 @@ def pymc_model(bmb_model):
     return backend.model
 
 
-def _coefficients(post, names):
-    """(chain, draw, p): the slopes of the common terms, in the design matrix's column order."""
+def _coefficients(post, names, dims):
+    """(*dims, p): the slopes of the common terms over ``dims`` (chain, draw and any response
+    categories), in the design matrix's column order."""
     parts = []
     for name in names:
-        arr = np.asarray(post[name].transpose("chain", "draw", ...).values, dtype=float)
-        parts.append(arr.reshape(arr.shape[0], arr.shape[1], -1))
-    return np.concatenate(parts, axis=2)
+        da = post[name]
+        arr = np.asarray(da.transpose(*dims, ...).values, dtype=float)
+        parts.append(arr.reshape(arr.shape[: len(dims)] + (-1,)))
+    return np.concatenate(parts, axis=-1)
 
 
 def _noncentred_factors(model, name):
@@ -115,15 +117,13 @@ def sampled_posterior(bmb_model, post):
         term = component.component
         if not (term.intercept_term and term.common_terms):
             continue
-        if bmb_model.response_component.term.coords:
-            raise NotImplementedError(
-                "This Bambi family has a response with categories, whose centred intercepts pymc-cv does not "
-                "restore yet: build the model with center_predictors=False and fit it again.")
         means = np.asarray(component.design_matrix_without_intercept, dtype=float).mean(axis=0)
-        coefs = _coefficients(post, [get_aliased_name(t) for t in term.common_terms.values()])
+        names = [get_aliased_name(t) for t in term.common_terms.values()]
         name = get_aliased_name(term.intercept_term)
+        # a response with categories (categorical, multinomial) has an intercept and slopes per category
+        dims = ("chain", "draw") + tuple(bmb_model.response_component.term.coords or ())
         if out is post:
             out = post.copy()
-        out[name] = out[name] + xr.DataArray(coefs @ means, dims=("chain", "draw"))
+        out[name] = out[name] + xr.DataArray(_coefficients(post, names, dims) @ means, dims=dims)
     return out
 
