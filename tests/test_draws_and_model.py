@@ -65,6 +65,24 @@ def test_rewritten_draws_are_an_error_that_names_bambi(normal_model):
         pymc_cv.compute_scores(moved, model, progressbar=False)
 
 
+def test_draws_with_the_dims_of_a_variable_in_another_order_get_the_same_scores():
+    # Bambi stores a (group, category) variable as (category, group)
+    coords = {"g": ["g0", "g1", "g2"], "c": ["a", "b"]}
+    with pm.Model(coords=coords) as model:
+        z = pm.Normal("z", np.arange(6.0).reshape(3, 2), 1.0, dims=("g", "c"))
+        pm.Normal("y", z.sum(), 1.0, observed=0.5)
+    idata = _sample(model, draws=100)
+    swapped = idata.copy()
+    swapped.posterior["z"] = idata.posterior["z"].transpose("chain", "draw", "c", "g")
+    want = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
+    got = pymc_cv.compute_scores(swapped, model, extend_inferencedata=False, progressbar=False)
+    np.testing.assert_array_equal(got["score"]["z"].values, want["score"]["z"].values)
+    # the scores themselves: -(z - mean) - (sum z - 0.5) for every entry
+    z = idata.posterior["z"].values
+    exact = -(z - np.arange(6.0).reshape(3, 2)) - (z.sum(axis=(2, 3)) - 0.5)[:, :, None, None]
+    np.testing.assert_allclose(got["score"]["z"].values, exact, rtol=1e-10, atol=1e-10)
+
+
 def test_model_is_not_silently_ignored_when_the_scores_exist(normal_model):
     model, idata, _ = normal_model
     scored = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)

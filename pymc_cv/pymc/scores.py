@@ -197,6 +197,23 @@ def _check_draws_match(post, model, shapes):
     return have_values
 
 
+def _in_model_order(post, model):
+    """``post`` with each free variable's dims in the model's order where it holds them in another
+    (Bambi puts a response's categories before the groups: (category, group) draws of a (group,
+    category) variable)."""
+    out = post
+    for rv in model.free_RVs:
+        named = model.named_vars_to_dims.get(rv.name)
+        if rv.name not in post or not named or any(dim is None for dim in named):
+            continue
+        have = post[rv.name].dims[2:]
+        if tuple(have) != tuple(named) and sorted(have) == sorted(named):
+            if out is post:
+                out = post.copy()
+            out[rv.name] = post[rv.name].transpose(*post[rv.name].dims[:2], *named)
+    return out
+
+
 def _flat(post, name, n):
     arr = np.asarray(post[name].transpose("chain", "draw", ...).values)
     return arr.reshape((n,) + arr.shape[2:])
@@ -273,6 +290,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     post = compat.group(idata, "posterior")
     if bmb is not None:
         post = bambi.sampled_posterior(bmb, post)
+    post = _in_model_order(post, model)
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     n = n_chain * n_draw
     shapes = model.eval_rv_shapes()
