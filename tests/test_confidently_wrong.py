@@ -410,3 +410,59 @@ def test_a_discrete_quantity_that_took_one_value_is_flagged_a_fixed_element_is_n
     assert not table.loc["state[1]", "se_reliable"] and table.loc["state[1]", "cv_mcse"] == 0
     assert table.loc["chol[0]", "se_reliable"] and table.loc["state[0]", "se_reliable"]
     assert any("state[1]" in note and "3 / draws" in note for note in table.attrs["notes"])
+
+
+# -- a funnel ------------------------------------------------------------------------------------
+
+def _random_walk_posterior(n, T=25, seed=100):
+    """Independent draws (x_1..x_T, log s) and scores of a Gaussian random walk with step s ~
+    HalfNormal(1), x_1 ~ N(0, 2^2), observed with noise 0.5, and the exact posterior means of x and s
+    (given s the posterior is Gaussian: quadrature over s)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    y = np.cumsum(rng.normal(0, 0.3, T)) + rng.normal(0, 0.5, T)
+    M = np.minimum.outer(np.arange(T), np.arange(T)).astype(float)
+
+    def given(s):
+        prior = 4.0 + s**2 * M
+        C = prior + 0.25 * np.eye(T)
+        return prior @ np.linalg.solve(C, y), prior - prior @ np.linalg.solve(C, prior), C
+
+    grid = np.linspace(1e-4, 3.0, 3001)
+    logw, means = [], []
+    for s in grid:
+        mean, _, C = given(s)
+        L = np.linalg.cholesky(C)
+        a = np.linalg.solve(L, y)
+        logw.append(-0.5 * a @ a - np.log(np.diag(L)).sum() + stats.halfnorm.logpdf(s))
+        means.append(mean)
+    w = np.exp(np.array(logw) - max(logw))
+    w /= w.sum()
+    truth = np.append(w @ np.array(means), w @ grid)
+    r = np.random.default_rng(seed)
+    s = np.abs(r.choice(grid, size=n, p=w) + r.uniform(-0.5e-3, 0.5e-3, n))
+    x = np.array([r.multivariate_normal(*given(v)[:2]) for v in s])
+    X = np.column_stack([x, np.log(s)])
+    dx = np.diff(x, axis=1) / s[:, None] ** 2
+    S = np.zeros_like(X)
+    S[:, :T] = -(x - y) / 0.25
+    S[:, 0] -= x[:, 0] / 4.0
+    S[:, 1:T] -= dx
+    S[:, :T - 1] += dx
+    S[:, T] = 1 - s**2 + (np.diff(x, axis=1) ** 2).sum(1) / s**2 - (T - 1)
+    return X, S, np.column_stack([x, s]), truth
+
+
+def test_a_kernel_fit_biased_on_a_funnel_is_not_reported_with_a_small_se():
+    """On this funnel the semi-exact CF's intercept missed the exact means by 2-3 se on most rows
+    (26 rows: 31% within 2 se, error 1.03 of MC's), a bias the jackknife does not see because it
+    hardly shrinks with the draws.  The cross-fitted estimate sits away from it by about that bias."""
+    X, S, Y, truth = _random_walk_posterior(1500)
+    res = pymc_cv.cv_estimate(Y, X, S)
+    z = (res.estimate - truth) / res.se
+    # measured 92% within 2 se, max abs(z) 2.3 (92-100% and 1.6-2.4 with seeds 100-103)
+    assert np.mean(np.abs(z) <= 2) >= 0.85
+    assert np.max(np.abs(z)) <= 3
+    # and the CV still helps: rms error 0.40 of MC's (rms over rows, each in MC se; 0.19-0.40)
+    assert np.sqrt(np.mean(((res.estimate - truth) / res.mc_se) ** 2)) <= 0.6

@@ -66,6 +66,28 @@ def test_zero_variance_block_deletion_equals_refits():
         np.testing.assert_allclose(cand.estimate - cand.influence[te] @ cand.resid[te], coef[0], rtol=1e-7)
 
 
+def test_cross_fit_gap_and_its_se_equal_refits_without_each_block():
+    # the cross-fitted estimate: each draw's f minus the zero-mean part of the fit without its block
+    x, s = _draws(80, 3, seed=2)
+    Y = np.column_stack([np.exp(0.3 * x[:, 0]), x[:, 1] * x[:, 2] + np.sin(x[:, 0])])
+    chain = np.repeat([0, 1], 40)
+    cand = zero_variance_candidate(x, s, Y, 2, None, chain, 4)
+    labels = fold_labels(80, chain, 4)
+    D = np.column_stack([np.ones(80), pymc_cv.core.zero_variance.stein_polynomial_features(x, s, 2)])
+    crossfit = np.empty_like(Y)
+    for b in np.unique(labels):
+        te = labels == b
+        coef = np.linalg.lstsq(D[~te], Y[~te], rcond=None)[0]
+        crossfit[te] = Y[te] - D[te, 1:] @ coef[1:]
+    for i in range(2):
+        np.testing.assert_allclose(cand.estimate[i] + cand.crossfit_gap(i, cand.resid[:, i]), crossfit[:, i].mean(),
+                                   rtol=1e-10)
+        fold_means = np.array([crossfit[labels == b, i].mean() for b in np.unique(labels)])  # equal-sized folds
+        K = fold_means.size
+        np.testing.assert_allclose(cand.crossfit_gap_se(i, cand.resid[:, i]), fold_means.std(ddof=1) / np.sqrt(K),
+                                   rtol=1e-10)
+
+
 @pytest.mark.parametrize("p", [6, 30])  # fewer coefficients than a block holds, and more
 def test_low_rank_block_deletion_of_a_penalised_fit_equals_refits(p):
     rng = np.random.default_rng(3)

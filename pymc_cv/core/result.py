@@ -26,11 +26,14 @@ class CVResult:
     variance_reduction : (mc_se / se)^2, from held-out residuals; > 1 means the CV helped.
     se_reliable : False where a check of the inputs says the se may be too small: draws with heavy
         tails, scores that fail the Stein check, divergent transitions, too few draws per task.
-    jackknife_bias : delete-a-part jackknife estimate of the bias of the estimate (signed; 0 where
-        the MC mean is reported): (g - 1) x (mean of the fits without each of g parts of held-out
-        blocks - the fit), g = 4 (2 for fits that must be refitted).  ``|jackknife_bias|`` is part of
-        ``se``; estimates combined linearly (thermodynamic integration) combine it signed, since a
-        bias of one sign adds up.
+    jackknife_bias : estimate of the bias of the estimate (signed; 0 where the MC mean is reported):
+        the delete-a-part jackknife's, (g - 1) x (mean of the fits without each of g parts of
+        held-out blocks - the fit), g = 4 (2 for fits that must be refitted), or, where it is larger
+        and beyond 1.5 times its own se, the estimate minus the cross-fitted estimate (each draw's f
+        minus the zero-mean part of the fit without its block, averaged), which sees a bias that
+        does not shrink with the draws.
+        ``|jackknife_bias|`` is part of ``se``; estimates combined linearly (thermodynamic
+        integration) combine it signed, since a bias of one sign adds up.
     khat : Pareto k-hat of the squared standardised held-out residuals (nan when it could not be
         computed): a diagnostic; above 0.7 the fit extrapolates from few draws, which fits that
         nearly interpolate the draws always do (their se accounts for it).
