@@ -12,6 +12,13 @@ with ``method`` (default "auto").  Printed per method chosen: rows, share within
 mean, root mean square of error / se, and root mean square error over the plain mean's.
 
 Usage: python bench/random_walk.py [replications] [nuts|iid] [method]   (default 6 nuts auto)
+       python bench/random_walk.py summary [replications] [data seed ...]   (default 6 runs, data seeds 0 1 2)
+
+``summary``: each data set (the observations drawn with that seed; 0 is the data above) sampled by
+PyMC's NUTS, 4 x 1,000 draws per run, then ``pymc_cv.summary(idata, model=model)`` with defaults (every
+x_t and s, rows and squares fitted together): per data set the chains' E-BFMI, the divergences, the
+share of the 31 rows within 2 se of the exact means, the share marked reliable, and the same coverage
+and the largest |error| / se among the rows marked reliable.
 """
 
 import sys
@@ -134,6 +141,50 @@ def main(reps=6, how="nuts", method="auto"):
           f"| {np.sqrt(np.mean(err**2) / np.mean(mc_err**2)):.2f} |")
 
 
+def data_with_seed(seed):
+    """Observations of the random walk drawn with ``seed`` (0: ``data()``)."""
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.normal(0, 0.3, T)) + rng.normal(0, OBS_SD, T)
+
+
+def through_summary(reps=6, data_seeds=(0, 1, 2)):
+    warnings.simplefilter("ignore")
+    import logging
+
+    import arviz as az
+    import pymc as pm
+
+    import pymc_cv
+
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    labels = [f"x[{t}]" for t in range(T)] + ["s"]
+    print("| data | runs | smallest E-BFMI of a run's chains | divergences per run | rows within 2 se "
+          "| marked reliable | reliable rows within 2 se | largest abs(error) / se, reliable rows |")
+    print("|---|---|---|---|---|---|---|---|")
+    for seed in data_seeds:
+        y = data_with_seed(seed)
+        m = model(y)
+        truth = exact_means(y, *posterior_of_s(y))
+        z, reliable, bfmi, div = [], [], [], []
+        for rep in range(reps):
+            with m:
+                idata = pm.sample(1000, tune=1000, chains=4, random_seed=100 + rep, progressbar=False,
+                                  compute_convergence_checks=False)
+            table = pymc_cv.summary(idata, model=m, progressbar=False).loc[labels]
+            z.append((table["cv_mean"].to_numpy(float) - truth) / table["cv_mcse"].to_numpy(float))
+            reliable.append(table["se_reliable"].to_numpy(bool))
+            bfmi.append(float(np.min(az.bfmi(idata))))
+            div.append(int(idata.sample_stats["diverging"].sum()))
+        z, reliable = np.concatenate(z), np.concatenate(reliable)
+        within = np.abs(z) <= 2
+        kept = (f"{np.mean(within[reliable]):.0%} | {np.max(np.abs(z[reliable])):.1f}" if reliable.any() else "- | -")
+        print(f"| {seed} | {reps} | {min(bfmi):.2f}-{max(bfmi):.2f} | {min(div)}-{max(div)} | {np.mean(within):.0%} "
+              f"| {np.mean(reliable):.0%} | {kept} |", flush=True)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args and args[0] == "summary":
+        through_summary(int(args[1]) if len(args) > 1 else 6, [int(a) for a in args[2:]] or (0, 1, 2))
+        sys.exit()
     main(int(args[0]) if args else 6, args[1] if len(args) > 1 else "nuts", args[2] if len(args) > 2 else "auto")

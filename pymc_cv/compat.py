@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = [
     "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
-    "ess_mean", "ess_bulk", "rhats", "mcse_mean", "rhat", "psis_khat", "labeller", "var_iter", "from_cmdstanpy",
+    "ess_mean", "ess_bulk", "rhats", "mcse_mean", "rhat", "bfmi", "psis_khat", "labeller", "var_iter", "from_cmdstanpy",
     "pystan_posterior", "setup_step",
 ]
 
@@ -265,6 +265,18 @@ def rhat(ary):
         return float(az.rhat(ary))
 
 
+def bfmi(energy):
+    """ArviZ's E-BFMI of each chain of the sampler's ``energy`` (chain, draw)."""
+    energy = np.asarray(energy, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if arviz_major() >= 1:
+            return np.asarray(_array_stats().bfmi(energy), dtype=float)
+        import arviz as az
+
+        return np.asarray(az.bfmi(energy), dtype=float)
+
+
 def psis_khat(log_weights):
     """Pareto k-hat of PSIS on 1-d log weights (``arviz_stats`` on ArviZ 1, ``az.psislw`` before)."""
     lw = np.asarray(log_weights, dtype=float)
@@ -318,8 +330,8 @@ def pystan_posterior(fit, posterior_model=None, **kwargs):
     """InferenceData / DataTree of a PyStan 3 fit.
 
     ArviZ 1 ships no PyStan converter, so there the posterior (the program's parameters,
-    transformed parameters and generated quantities) and the sampler's ``lp__`` /
-    ``divergent__`` are read from the fit itself; ``kwargs`` (``coords``, ``dims``) pass on.
+    transformed parameters and generated quantities) and the sampler's ``lp__``,
+    ``divergent__`` and ``energy__`` are read from the fit itself; ``kwargs`` (``coords``, ``dims``) pass on.
     """
     if arviz_major() < 1:
         import arviz as az
@@ -334,7 +346,8 @@ def pystan_posterior(fit, posterior_model=None, **kwargs):
         posterior[name] = arr
     stats = {}
     for stan_name, az_name in (("lp__", "lp"), ("divergent__", "diverging"), ("stepsize__", "step_size"),
-                               ("treedepth__", "tree_depth"), ("accept_stat__", "acceptance_rate")):
+                               ("treedepth__", "tree_depth"), ("accept_stat__", "acceptance_rate"),
+                               ("energy__", "energy")):
         if stan_name in fit.sample_and_sampler_param_names:
             arr = np.asarray(fit[stan_name]).reshape(n_draw, n_chain, order="F").T
             stats[az_name] = arr.astype(bool) if az_name == "diverging" else arr

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import compat
 from .cluster import check_client, map_units
-from .convergence import divergence_allowance, divergence_note, row_convergence, unseen_values_note
+from .convergence import divergence_allowance, divergence_note, energy_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
 from .core.score_check import apply_stein_check
@@ -148,7 +148,8 @@ class _Posterior(NamedTuple):
     ``draws`` and ``scores`` (chain, draw, d) on the unconstrained space; ``parameter_names`` one
     label per column of them (for the Stein check's messages); ``rows`` [(label, values (chain,
     draw))] and ``task_groups`` [(labels, [values])] (an integrand with several tasks): the table's
-    quantities; ``diverging`` (chain, draw) or None without ``sample_stats.diverging``."""
+    quantities; ``diverging`` (chain, draw) or None without ``sample_stats.diverging``; ``energy``
+    (chain, draw), the sampler's, or None without one of the draws' shape."""
 
     draws: np.ndarray
     scores: np.ndarray
@@ -156,6 +157,15 @@ class _Posterior(NamedTuple):
     rows: list
     task_groups: list
     diverging: np.ndarray | None
+    energy: np.ndarray | None
+
+
+def _sampler_stat(stats, name, shape, dtype):
+    """``sample_stats[name]`` as an array (chain, draw), or None when absent or not of ``shape``."""
+    if name not in stats:
+        return None
+    values = np.asarray(stats[name].transpose("chain", "draw").values, dtype=dtype)
+    return values if values.shape == shape else None
 
 
 def _read_posterior(idata, var_names, integrands):
@@ -166,7 +176,8 @@ def _read_posterior(idata, var_names, integrands):
     stats = compat.group(idata, "sample_stats") if "sample_stats" in compat.group_names(idata) else {}
     diverging = (np.asarray(stats["diverging"].transpose("chain", "draw").values, dtype=bool)
                  if "diverging" in stats else None)
-    return _Posterior(X, S, coordinate_labels(idata), rows, task_groups, diverging)
+    energy = _sampler_stat(stats, "energy", X.shape[:2], float)
+    return _Posterior(X, S, coordinate_labels(idata), rows, task_groups, diverging, energy)
 
 
 class _ResultsByRow(dict):
@@ -703,8 +714,8 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
 
 
 def _run_wide_checks(post, check_scores, per_chain):
-    """Notes that concern every row: many divergent transitions and the Stein check of the scores
-    (an error when grossly violated), each also a warning (a non-empty list flags every row); and
+    """Notes that concern every row: many divergent transitions, chains of low E-BFMI and the Stein check
+    of the scores (an error when grossly violated), each also a warning (a non-empty list flags every row); and
     the divergent draws (chain, draw) when they are few, for the rows' own check (else None)."""
     notes = []
     X, S = post.draws, post.scores
@@ -718,6 +729,9 @@ def _run_wide_checks(post, check_scores, per_chain):
             divergent = None
         elif note:
             warnings.warn(note, UserWarning, stacklevel=3)
+    if post.energy is not None:
+        note = energy_note(post.energy)
+        notes += [note] if note else []
     names = post.parameter_names
     if check_scores and per_chain:  # every chain may have a target of its own
         for c in range(n_chain):

@@ -9,6 +9,7 @@ from chains import ar1_chain
 from example_modules import load_example
 
 import pymc_cv
+from pymc_cv import compat
 from pymc_cv.compat import from_dict, group, with_groups
 from pymc_cv.core.density_check import DrawsModelMismatchError
 from pymc_cv.core.heldout import fold_labels, repeated_draws
@@ -414,14 +415,13 @@ def test_a_discrete_quantity_that_took_one_value_is_flagged_a_fixed_element_is_n
 
 # -- a funnel ------------------------------------------------------------------------------------
 
-def _random_walk_posterior(n, T=25, seed=100):
-    """Independent draws (x_1..x_T, log s) and scores of a Gaussian random walk with step s ~
-    HalfNormal(1), x_1 ~ N(0, 2^2), observed with noise 0.5, and the exact posterior means of x and s
-    (given s the posterior is Gaussian: quadrature over s)."""
+def _random_walk_exact(y):
+    """A Gaussian random walk with step s ~ HalfNormal(1), x_1 ~ N(0, 2^2), observed as ``y`` with noise
+    0.5: the quadrature grid over s, its weights, the exact posterior means of x and s (given s the
+    posterior is Gaussian), and ``given(s)`` -> (mean of x, covariance of x, covariance of y)."""
     from scipy import stats
 
-    rng = np.random.default_rng(0)
-    y = np.cumsum(rng.normal(0, 0.3, T)) + rng.normal(0, 0.5, T)
+    T = y.size
     M = np.minimum.outer(np.arange(T), np.arange(T)).astype(float)
 
     def given(s):
@@ -439,7 +439,15 @@ def _random_walk_posterior(n, T=25, seed=100):
         means.append(mean)
     w = np.exp(np.array(logw) - max(logw))
     w /= w.sum()
-    truth = np.append(w @ np.array(means), w @ grid)
+    return grid, w, np.append(w @ np.array(means), w @ grid), given
+
+
+def _random_walk_posterior(n, T=25, seed=100):
+    """Independent draws (x_1..x_T, log s) and scores of the random walk of :func:`_random_walk_exact`,
+    and its exact posterior means."""
+    rng = np.random.default_rng(0)
+    y = np.cumsum(rng.normal(0, 0.3, T)) + rng.normal(0, 0.5, T)
+    grid, w, truth, given = _random_walk_exact(y)
     r = np.random.default_rng(seed)
     s = np.abs(r.choice(grid, size=n, p=w) + r.uniform(-0.5e-3, 0.5e-3, n))
     x = np.array([r.multivariate_normal(*given(v)[:2]) for v in s])
@@ -466,3 +474,40 @@ def test_a_kernel_fit_biased_on_a_funnel_is_not_reported_with_a_small_se():
     assert np.max(np.abs(z)) <= 3
     # and the CV still helps: rms error 0.40 of MC's (rms over rows, each in MC se; 0.19-0.40)
     assert np.sqrt(np.mean(((res.estimate - truth) / res.mc_se) ** 2)) <= 0.6
+
+
+def test_energy_fraction_below_the_limit_in_a_chain_flags_every_row():
+    from pymc_cv.convergence import energy_note
+
+    rng = np.random.default_rng(3)
+    # E-BFMI of an AR(1) energy with coefficient phi is 2 (1 - phi): 2 for independent draws, 0.1 at 0.95
+    energy = np.stack([rng.normal(size=2000) for _ in range(3)] + [ar1_chain(rng, 2000, 0.95)])
+    value = compat.bfmi(energy)
+    assert value[:3] == pytest.approx(2.0, abs=0.2) and value[3] == pytest.approx(0.1, abs=0.03)
+    note = energy_note(energy)
+    assert note.startswith(f"E-BFMI {value[3]:.2f} < 0.3 in 1 of 4 chains")
+    assert energy_note(energy[:3]) is None
+
+
+def test_a_funnel_nuts_does_not_reach_into_is_flagged_by_its_energy():
+    """A random walk with an unknown step size (bench/random_walk.py summary, data seed 2): NUTS draws with
+    one divergence and chains of E-BFMI 0.11-0.27, where 24 of the 31 CV means were more than 3 se from the
+    exact ones (up to 6.5 se), 22 of them marked reliable."""
+    import pymc as pm
+
+    rng = np.random.default_rng(2)
+    y = np.cumsum(rng.normal(0, 0.3, 30)) + rng.normal(0, 0.5, 30)
+    _, _, truth, _ = _random_walk_exact(y)
+    with pm.Model() as model:
+        s = pm.HalfNormal("s", 1)
+        x = pm.GaussianRandomWalk("x", sigma=s, init_dist=pm.Normal.dist(0, 2), steps=29)
+        pm.Normal("y", x, 0.5, observed=y)
+        idata = pm.sample(1000, tune=1000, chains=4, random_seed=101, progressbar=False,
+                          compute_convergence_checks=False)
+    with pytest.warns(UserWarning, match="E-BFMI"):
+        table = pymc_cv.summary(idata, model=model, progressbar=False)
+    rows = table.loc[[f"x[{t}]" for t in range(30)] + ["s"]]
+    z = (rows["cv_mean"].to_numpy(float) - truth) / rows["cv_mcse"].to_numpy(float)
+    assert np.sum(np.abs(z) > 3) >= 3  # the case is real (measured: 24 rows)
+    assert not rows.loc[np.abs(z) > 3, "se_reliable"].any()
+    assert any(note.startswith("E-BFMI") for note in table.attrs["notes"])
