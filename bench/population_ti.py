@@ -80,7 +80,7 @@ def main():
                 start = time.perf_counter()
                 vv = ti_from_arrays(res.temperatures, res.draws["loglik"], res.draws["samples"],
                                     res.draws["grad_loglik"], res.draws["grad_logprior"], chain=res.draws["chain"],
-                                    method="vvcv", random_seed=seed)
+                                    method="vvcv", random_seed=seed, shared_iterations=sampler != "nuts")
                 vv_seconds = time.perf_counter() - start
                 seconds.setdefault((name, sampler), []).append(res.seconds["sampling"])
                 for method, r in (("mc", res), ("vvcv", vv)):

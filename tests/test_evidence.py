@@ -743,3 +743,22 @@ def test_smc_evidence_is_the_same_for_a_seed_whether_its_kernel_and_prior_sample
     assert first.log_evidence == again.log_evidence == fresh.log_evidence
     np.testing.assert_array_equal(first.draws["loglik"][-1], fresh.draws["loglik"][-1])
     assert other.log_evidence != first.log_evidence
+
+
+def test_rungs_sampled_together_have_the_se_of_their_weighted_sum():
+    from pymc_cv.evidence import power_ladder
+    from pymc_cv.evidence.quadrature import quadrature_weights
+    from pymc_cv.evidence.thermodynamic_integration import shared_iteration_factor
+
+    rng = np.random.default_rng(4)
+    t = power_ladder(8)
+    chain = np.repeat([0, 1], 2000)
+    x = rng.normal(size=4000)
+    a, _ = quadrature_weights(t, "corrected")
+    # every rung the same draws: errors fully correlated, sum |a| / sqrt(sum a^2)
+    same = shared_iteration_factor(t, [x + k for k in range(t.size)], [chain] * t.size)
+    assert same == pytest.approx(a.sum() / np.sqrt(np.sum(a**2)), rel=1e-10)
+    apart = [shared_iteration_factor(t, [rng.normal(size=4000) for _ in t], [chain] * t.size) for _ in range(20)]
+    assert 0.8 < np.median(apart) < 1.2
+    # rungs of other lengths are not aligned draw by draw
+    assert shared_iteration_factor(t[:2], [x, x[:3000]], [chain, chain[:3000]]) == 1.0

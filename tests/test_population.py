@@ -127,7 +127,9 @@ def test_population_finds_what_independent_rungs_miss_on_a_multimodal_model():
     model, exact = sinusoid()
     pop = pymc_cv.thermodynamic_integration(model, 16, draws=400, tune=300, sampler="population", method="mc",
                                             random_seed=2, progressbar=False)
-    assert abs(pop.log_evidence - exact) < max(3 * pop.se, 0.05) and abs(pop.log_evidence - exact) < 0.3, \
+    # seeds 1-8: errors of -0.39 to +0.33 nats (PyMC 5 and 6), z of rms 1.2-1.3 (1.7-1.9 before the se
+    # counted the rungs' correlation); the NUTS rungs below are 17-30 nats off
+    assert abs(pop.log_evidence - exact) < max(3 * pop.se, 0.05) and abs(pop.log_evidence - exact) < 0.5, \
         (pop.log_evidence, exact, pop.se)
     nuts = pymc_cv.thermodynamic_integration(model, 16, draws=100, tune=300, sampler="nuts", method="mc",
                                              random_seed=2, progressbar=False)

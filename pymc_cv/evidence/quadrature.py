@@ -61,7 +61,9 @@ def integrate(temperatures, mean, var, mean_se=None, var_se=None, rule="correcte
     """(log Z, se) from per-rung means and variances of log p(y|x) and their standard errors.
 
     Rungs are sampled independently, so their errors add in quadrature; the small covariance
-    of a rung's mean and variance estimates (same draws) is ignored.  ``source`` (w,): rungs
+    of a rung's mean and variance estimates (same draws) is ignored.  (The rungs of one
+    population run are not independent: ``thermodynamic_integration.shared_iteration_factor``
+    scales this se for them.)  ``source`` (w,): rungs
     with the same label share draws (reweighted rungs, :mod:`.reweighting`); their errors
     add linearly, the bound for fully correlated errors.
 

@@ -153,7 +153,7 @@ def _estimate_population(idata, model, settings, compile_kwargs):
                         gl[:, :, i].reshape(n_chain * n_draw, -1), gp[:, :, i].reshape(n_chain * n_draw, -1), chain)
              for i in range(w)]
     res = _PriorDraws(_model_or_none(model), settings.random_seed, compile_kwargs).estimate(
-        t, rungs, settings, compile=time.perf_counter() - start)
+        t, rungs, settings, shared_iterations=True, compile=time.perf_counter() - start)
     _exchange_notes(res, idata, t)
     return res
 
