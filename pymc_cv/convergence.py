@@ -39,8 +39,9 @@ _DIVERGENT_BIAS_PER_SHARE = 2.0
 # E-BFMI below this in a chain: the threshold of ArviZ's ``bfmi`` and of Stan's diagnostics.  A Gaussian
 # random walk with an unknown step size (bench/random_walk.py summary), 4 x 1,000 NUTS draws without a
 # divergence: where the chains' smallest E-BFMI was 0.22-0.29 the CV means were within 2 se of the exact
-# ones on 75% of rows, up to 5.6 se off; at 0.04-0.14, 51% (6.9 se); at 0.29-0.38, 98%.  The plain means
-# cover there: their se hides the part of the funnel the chains did not reach, which the CVs' does not.
+# ones on 75% of rows, up to 5.6 se off; at 0.04-0.14, 51% (6.9 se); at 0.29-0.38, 98%.  At 0.22-0.29
+# the plain means were within 2 mcse on 84-100% of rows: their wider se hides the part of the funnel the
+# chains did not reach, which the CVs' does not.
 BFMI_MIN = 0.3
 
 
