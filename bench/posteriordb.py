@@ -10,7 +10,8 @@ the seconds of ArviZ's conversion alone (its first call in the process, which a 
 pays as well), ``from_pystan`` (after it) and ``summary`` seconds and their ratios to Stan's, the
 methods chosen; "told": rows whose MCMC error is above 3 reference MCSE (only these enter the error
 ratios, since on the others the reference cannot tell); median and worst |CV error| / |MCMC error| over told rows; 2-se
-coverage of the CV intervals (CV se and reference MCSE combined) over all rows; "far": rows more
+coverage of the CV intervals (CV se and reference MCSE combined) over all rows but those constant in this
+run (a state the chains never left: no se, and flagged); "far": rows more
 than 4 combined se off, and how many of those were flagged ``se_reliable=False``; flagged rows;
 "precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.  The same for the sd
 (rows told, median |CV sd error| / |MCMC sd error|, 2-se coverage of ``cv_sd``), and the median
@@ -49,9 +50,13 @@ def _reference(name):
 
 
 def _errors(table, ref):
-    ratios, covered, far, far_flagged, precise, reliable = [], [], 0, 0, [], []
+    ratios, covered, far, far_flagged, precise, reliable, constant = [], [], 0, 0, [], [], 0
     for lab in table.index:
         r = ref[lab]
+        if table.loc[lab, "sd"] == 0:
+            # constant in this run (a rare state never visited): no se to cover with, and flagged
+            constant += 1
+            continue
         mc_err = abs(table.loc[lab, "mean"] - r["mean"])
         cv_err = abs(table.loc[lab, "cv_mean"] - r["mean"])
         combined = np.hypot(table.loc[lab, "cv_mcse"], r["mcse"])
@@ -65,7 +70,9 @@ def _errors(table, ref):
         if mc_err > 3 * r["mcse"]:
             ratios.append(cv_err / mc_err)
     return {"told": len(ratios), "median": float(np.median(ratios)) if ratios else float("nan"),
-            "worst": float(np.max(ratios)) if ratios else float("nan"), "coverage": float(np.mean(covered)),
+            "worst": float(np.max(ratios)) if ratios else float("nan"),
+            "coverage": float(np.mean(covered)) if covered else float("nan"), "judged": len(covered),
+            "covered": int(np.sum(covered)), "constant": constant,
             "reliable": int(np.sum(reliable)), "covered_reliable": int(np.sum(np.array(covered) & np.array(reliable))),
             "far": far, "far_flagged": far_flagged, "precise": float(np.mean(precise)) if precise else float("nan"),
             **_sd_errors(table, ref)}
@@ -77,12 +84,12 @@ def _sd_errors(table, ref):
     ratios, covered, far, far_flagged, reliable = [], [], 0, 0, []
     for lab in table.index:
         r = ref[lab]
-        if r["sd"] == 0:
+        if r["sd"] == 0 or table.loc[lab, "sd"] == 0:
             continue
         ref_se = pset.reference_sd_se(r)
         mc_err = abs(table.loc[lab, "sd"] - r["sd"])
         cv_err = abs(table.loc[lab, "cv_sd"] - r["sd"])
-        combined = np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se)  # nan for a row constant in this run
+        combined = np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se)
         covered.append(cv_err <= 2 * combined)
         reliable.append(bool(table.loc[lab, "se_reliable"]))
         if not cv_err <= 4 * combined:
@@ -187,7 +194,8 @@ def overall(results):
     if not ok:
         return "no posterior gave a result"
     rows = sum(r["rows"] for r in ok)
-    cov = sum(r["coverage"] * r["rows"] for r in ok) / rows
+    constant = sum(r["constant"] for r in ok)
+    cov = sum(r["covered"] for r in ok) / max(sum(r["judged"] for r in ok), 1)
     medians = [r["median"] for r in ok if np.isfinite(r["median"])]
     ratio = [r["summary"] / r["stan"] for r in ok]
     convert = [r["convert"] / r["stan"] for r in ok]
@@ -199,7 +207,8 @@ def overall(results):
     sd_reliable = sum(r["sd_reliable"] for r in ok)
     sd_cov_reliable = sum(r["sd_covered_reliable"] for r in ok) / max(sd_reliable, 1)
     sd_medians = [r["sd_median"] for r in ok if np.isfinite(r["sd_median"])]
-    return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows; 2-se coverage {cov:.1%} "
+    return (f"{len(ok)} of {len(results)} posteriors ran; {rows} rows, {constant} of them constant in this run (no "
+            f"se, flagged; not in the coverages); 2-se coverage {cov:.1%} "
             f"({cov_reliable:.1%} of the {reliable} rows marked reliable); "
             f"median of per-posterior median CV/MCMC error {np.median(medians):.2g}; "
             f"rows far and not flagged {sum(r['far'] - r['far_flagged'] for r in ok)}; "
