@@ -33,7 +33,7 @@ from scipy.linalg import lapack
 from .threads import blas_threads
 
 __all__ = ["fold_labels", "heldout_blocks", "repeated_draws", "deletion_residuals", "projection_deletion_residuals",
-           "refit_residuals", "split_parts", "jackknife_bias", "MAX_BLOCK"]
+           "refit_residuals", "split_parts", "quarter_order", "jackknife_bias", "MAX_BLOCK"]
 
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
 # autocorrelation time buy nothing
@@ -205,6 +205,13 @@ def split_parts(labels, parts):
     together because their folds do, and the quarters (parts=4) nest in the halves (parts=2)."""
     ids = np.unique(labels, return_inverse=True)[1].ravel()
     return [ids % parts == i for i in range(parts)]
+
+
+def quarter_order(labels):
+    """The stable permutation of the draws that makes each jackknife quarter
+    (``split_parts(labels, 4)``) one contiguous run, or None when they already are."""
+    part = np.unique(labels, return_inverse=True)[1].ravel() % 4
+    return None if np.all(np.diff(part) >= 0) else np.argsort(part, kind="stable")
 
 
 def jackknife_bias(fit_without, labels, full, parts=4):

@@ -25,8 +25,8 @@ import numpy as np
 from scipy import linalg
 
 from .external import cluster_nystrom
-from .heldout import jackknife_bias, projection_deletion_residuals, split_parts
-from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram
+from .heldout import jackknife_bias, projection_deletion_residuals, quarter_order, split_parts
+from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram, unpermuted
 from .linalg import cholesky_jitter, lower_solve
 
 __all__ = ["fit_nystrom_heldout", "choose_inducing", "normal_fit_on", "MAX_INDUCING"]
@@ -84,21 +84,10 @@ def coefficient_se(L, p, e, c, Kmm, nug):
     return np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
 
 
-def quarter_order(labels):
-    """The stable permutation of the draws that makes each jackknife quarter
-    (``heldout.split_parts(labels, 4)``) one contiguous run, or None when they already are."""
-    part = np.unique(labels, return_inverse=True)[1].ravel() % 4
-    return None if np.all(np.diff(part) >= 0) else np.argsort(part, kind="stable")
-
-
 def _as_slice(mask):
     """A boolean mask that selects one contiguous run, as a slice (rows of K_NM as a view, not a copy)."""
     idx = np.flatnonzero(mask)
     return slice(idx[0], idx[-1] + 1) if idx.size and idx[-1] - idx[0] + 1 == idx.size else idx
-
-
-def _unpermuted(fit, inverse):
-    return replace(fit, resid=fit.resid[inverse], z=fit.z[inverse], influence=fit.influence[inverse])
 
 
 def fit_nystrom_heldout(problem, spec, inducing, keep_fit=False, Knm=None):
@@ -115,7 +104,7 @@ def fit_nystrom_heldout(problem, spec, inducing, keep_fit=False, Knm=None):
         inverse = np.argsort(perm)
         fits = fit_nystrom_heldout(problem.rows(perm), spec, inverse[inducing], keep_fit,
                                    None if Knm is None else Knm[perm])
-        return [_unpermuted(f, inverse) for f in fits]
+        return [unpermuted(f, inverse) for f in fits]
     if Knm is None:
         Knm = cross_gram(kernel, B, X, S, tau, inducing)
     return [fit for fit, _ in _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm)]
@@ -216,7 +205,7 @@ def choose_inducing(problem, spec, rng, *, m_start=250, m_max=MAX_INDUCING, tol=
     # fitted in quarter order (see ``fit_nystrom_heldout``), with the same inducing draws
     inverse = np.argsort(perm)
     choice = _choose(problem.rows(perm), spec, inverse[order], m_start, m_cap, tol, client, keep_fit)
-    return replace(choice, fits=[_unpermuted(f, inverse) for f in choice.fits])
+    return replace(choice, fits=[unpermuted(f, inverse) for f in choice.fits])
 
 
 def _choose(problem, spec, order, m_start, m_cap, tol, client, keep_fit):
