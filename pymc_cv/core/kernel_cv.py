@@ -161,7 +161,8 @@ class _DenseInverse:
     With L^-1 (``lapack.dtrtri``), C^-1[B, B] = L^-1[b:, B]' L^-1[b:, B] for a contiguous block B
     starting at b: the blocks of the four jackknife quarters, contiguous once the draws are in
     quarter order, cost 10/64 N^3 together where the whole inverse (``dpotri``) costs N^3 / 3.
-    Every held-out fold lies in one quarter, so its block is part of its quarter's.
+    Every held-out fold lies in one quarter, so its block is part of its quarter's.  Below
+    ``_QUARTER_BLOCKS_MIN_N`` draws the whole inverse is formed instead (``dpotri``).
     """
 
     def __init__(self, A):
@@ -173,9 +174,16 @@ class _DenseInverse:
     def solve(self, B):
         return linalg.cho_solve((self.L, True), B, check_finite=False)
 
-    def invert(self, quarters):
-        """From here on ``diag`` and ``block`` work (the factor is overwritten by L^-1).
-        ``quarters``: boolean masks of the draws, each one contiguous run, together all draws."""
+    def invert(self, quarters=None):
+        """From here on ``diag`` and ``block`` work (the factor is overwritten by L^-1, or by the whole
+        inverse without ``quarters``: boolean masks of the draws, each one contiguous run)."""
+        if quarters is None:
+            Ci, info = lapack.dpotri(self.L, lower=1, overwrite_c=1)  # C^-1 in the lower triangle, in place
+            self.L, self.Li = None, None
+            if info != 0:
+                raise ValueError("Could not invert the kernel matrix from its Cholesky factor; increase `nugget`.")
+            self.Ci, self._diag = Ci, np.diag(Ci).copy()
+            return
         Li, info = lapack.dtrtri(self.L, lower=1, overwrite_c=1)
         self.L = None
         if info != 0:
@@ -207,6 +215,8 @@ class _DenseInverse:
         """Ci[idx][:, idx] with only its lower triangle valid (``idx`` sorted), for factorisations that
         read no more; kept, since every order of the fit asks again."""
         key = idx.tobytes()
+        if key not in self._blocks and self.Li is None:
+            self._blocks[key] = self.Ci[np.ix_(idx, idx)]
         if key not in self._blocks:
             q = self._quarter[idx[0]]
             if q >= 0 and np.all(self._quarter[idx] == q):
@@ -220,6 +230,11 @@ class _DenseInverse:
     def block(self, idx):
         blk = self.lower_block(idx)
         return np.tril(blk) + np.tril(blk, -1).T
+
+
+# below this many draws the whole inverse (one ``dpotri``) costs no more than the quarter blocks and
+# their permutation (400 draws: 8 ms against 15 ms; 1,000: 65 ms against 59 ms; 4,000: 1.00 s against 0.93 s)
+_QUARTER_BLOCKS_MIN_N = 1000
 
 
 def fit_exact_heldout(problem, spec, keep_fit=False, factor=None):
@@ -236,7 +251,8 @@ def fit_exact_heldout(problem, spec, keep_fit=False, factor=None):
     Returns a list of :class:`ExactHeldout`, one per order; with ``keep_fit`` (T = 1) each carries
     a predictor of its zero-mean part at new draws.
     """
-    if factor is None:
+    quarter_blocks = factor is None and problem.X.shape[0] >= _QUARTER_BLOCKS_MIN_N
+    if quarter_blocks:
         perm = quarter_order(problem.labels)
         if perm is not None:
             # in quarter order, each quarter's block of the inverse is one contiguous run (``_DenseInverse``)
@@ -268,7 +284,7 @@ def fit_exact_heldout(problem, spec, keep_fit=False, factor=None):
         return None
     CiY = inverse.solve(Y)
     if factor is None:
-        inverse.invert(split_parts(labels, 4))
+        inverse.invert(split_parts(labels, 4) if quarter_blocks else None)
     ci_diag = inverse.diag()
 
     out = []
