@@ -279,6 +279,29 @@ def test_the_cf_shares_the_secf_kernel_only_where_that_costs_it_nothing_held_out
     assert len(notes) == 1
 
 
+def test_only_the_better_kernel_design_is_fitted_unless_the_other_wins_on_some_integrand():
+    """On a Gaussian target the SECF's quadratic design is exact for x0^2 + x1, where the CF is not:
+    the CF is not fitted on all the draws.  With a second integrand on which the CF (its own kernel) is
+    far better than an SECF with a kernel ten times too short, both are fitted."""
+    from pymc_cv.core.estimate import _designs_worth_fitting
+    from pymc_cv.core.kernels import make_kernel
+    from pymc_cv.core.problem import KernelSpec
+
+    x, s = gaussian_draws(300, 2, 4)
+    good = make_kernel("se", 2, x)
+    cf = KernelSpec(good, np.ones((1, 1)), 1e-6, [0])
+    secf = cf._replace(orders=[2])
+    notes = []
+    kept = _designs_worth_fitting([(cf, 0), (secf, 2)], x, s, (x[:, 0] ** 2 + x[:, 1])[:, None], notes)
+    assert [spec.orders for spec, _ in kept] == [[2]]
+    assert len(notes) == 1 and notes[0].startswith("CF not fitted")
+    short = secf._replace(kernel=good.with_log_params(good.log_params() + np.log(0.1)))
+    f = np.column_stack([x[:, 0] ** 2, np.sin(x[:, 0]) + np.cos(x[:, 1])])
+    both = [(cf, 0), (short, 2)]
+    assert _designs_worth_fitting(both, x, s, f, notes) is both
+    assert len(notes) == 1
+
+
 def test_zv_jackknife_fits_without_a_part_equal_least_squares_refits():
     """The intercepts without a quarter, downdated from the full fit's QR, are those of refitting the
     kept draws by least squares; a deletion that leaves a feature unidentified is an error."""

@@ -162,6 +162,10 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
         kernel = make_kernel(opts.kernel, d, X, ard=opts.ard if opts.ard != "auto" else d <= 20)
         kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
         tuned.append((KernelSpec(kernel, np.ones((1, 1)), nugget, [o]), tune_order))
+    if len(tuned) == 2 and n >= _SHARE_MIN_N and tuned[1][1] == tuned[1][0].orders[0]:
+        # judged only where the tuning draws carry the SECF's own polynomials (d = 20, 4,000 draws: a
+        # quadratic SECF judged by a linear one on 400 draws lost, and doubled the error ratio when dropped)
+        tuned = _designs_worth_fitting(tuned, X[idx], S[idx], Y[np.ix_(idx, cols)], notes)
     fitted = problem._replace(Y=Y[:, cols])
     factors = [_TRY] * len(tuned)
     if len(tuned) == 2 and _SHARE_MIN_N <= n <= opts.exact_max_n:
@@ -191,6 +195,32 @@ def _per_point(spec, weights):
 _SHARED_KERNEL_LOSS = 1.2
 # below this many draws an exact fit takes hundredths of a second: CF and SECF keep their own kernels
 _SHARE_MIN_N = 1000
+
+
+# CF and SECF each cost a fit of all the draws.  On the tuning draws (exact leave-one-out, each design
+# under its own tuned kernel) the one that is better overall is fitted alone unless the other is better
+# on some integrand by more than this factor in squared error
+_DESIGN_MARGIN = 1.5
+
+
+@single_threaded_when_small(lambda tuned, X, *a: X.shape[0])
+def _designs_worth_fitting(tuned, X, S, Y, notes):
+    """``tuned`` (the CF's and the SECF's specs, each with the order it was tuned at), or the one of
+    them worth a fit of all the draws, judged by exact leave-one-out errors on the tuning draws."""
+    loo = np.array([_loo_mse(spec, order, X, S, Y) for spec, order in tuned])
+    told = np.max(loo, axis=0) > 0  # an integrand constant on the tuning draws tells nothing
+    if not np.all(np.isfinite(loo)) or not told.any():
+        return tuned
+    log_ratio = np.log(np.maximum(loo[1, told], 1e-300)) - np.log(np.maximum(loo[0, told], 1e-300))
+    keep = 0 if np.mean(log_ratio) > 0 else 1
+    other_gain = log_ratio if keep == 1 else -log_ratio  # log of (kept's error / other's)
+    if np.max(other_gain) > np.log(_DESIGN_MARGIN):
+        return tuned
+    names = ("CF", "SECF")
+    notes.append(f"{names[1 - keep]} not fitted: on the {X.shape[0]} tuning draws its leave-one-out error was "
+                 f"{np.exp(-np.mean(other_gain)):.2g}x the {names[keep]}'s (geometric mean over integrands), "
+                 f"on no integrand below {1 / _DESIGN_MARGIN:.2g}x.")
+    return [tuned[keep]]
 
 
 def _loo_mse(spec, order, X, S, Y):
