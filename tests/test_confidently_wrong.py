@@ -513,9 +513,11 @@ def test_energy_fraction_below_the_limit_in_a_chain_flags_every_row():
 
 
 def test_a_funnel_nuts_does_not_reach_into_is_flagged_by_its_energy():
-    """A random walk with an unknown step size (bench/random_walk.py summary, data seed 2): NUTS draws with
-    one divergence and chains of E-BFMI 0.11-0.27, where 24 of the 31 CV means were more than 3 se from the
-    exact ones (up to 6.5 se), 22 of them marked reliable."""
+    """A random walk with an unknown step size (bench/random_walk.py summary, data seed 2): NUTS explores
+    the energy poorly (E-BFMI below 0.3 in every run measured) and the CV means can be far off with a small
+    se: with sampler seed 2, 15 of the 31 rows more than 3 se from the exact means on PyMC 5.19 and 5.28
+    (up to 9 se), none on PyMC 6; which rows and how many depend on the stack and the CPU, the sampler's
+    energy does not."""
     import pymc as pm
 
     rng = np.random.default_rng(2)
@@ -525,12 +527,14 @@ def test_a_funnel_nuts_does_not_reach_into_is_flagged_by_its_energy():
         s = pm.HalfNormal("s", 1)
         x = pm.GaussianRandomWalk("x", sigma=s, init_dist=pm.Normal.dist(0, 2), steps=29)
         pm.Normal("y", x, 0.5, observed=y)
-        idata = pm.sample(1000, tune=1000, chains=4, random_seed=101, progressbar=False,
+        idata = pm.sample(1000, tune=1000, chains=4, random_seed=2, progressbar=False,
                           compute_convergence_checks=False)
+    energy = np.asarray(group(idata, "sample_stats")["energy"].transpose("chain", "draw"), dtype=float)
+    assert np.min(compat.bfmi(energy)) < 0.3  # the case is real: the sampler's own diagnostic
     with pytest.warns(UserWarning, match="E-BFMI"):
         table = pymc_cv.summary(idata, model=model, progressbar=False)
     rows = table.loc[[f"x[{t}]" for t in range(30)] + ["s"]]
     z = (rows["cv_mean"].to_numpy(float) - truth) / rows["cv_mcse"].to_numpy(float)
-    assert np.sum(np.abs(z) > 3) >= 1  # the case is real (measured: 24 rows on PyMC 5, 2 on PyMC 6)
     assert not rows.loc[np.abs(z) > 3, "se_reliable"].any()
+    assert not rows["se_reliable"].any()
     assert any(note.startswith("E-BFMI") for note in table.attrs["notes"])
