@@ -15,7 +15,7 @@ from .cluster import check_client, map_units
 from .convergence import divergence_allowance, divergence_note, energy_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
-from .core.score_check import apply_stein_check
+from .core.score_check import CheckOutcome, apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
 from .core.standard_errors import mcse_mean
 from .idata_groups import (
@@ -217,6 +217,7 @@ class _Row(NamedTuple):
     ess_bulk: float = np.nan
     r_hat: float = np.nan
     notes: tuple = ()
+    method_bounds: tuple = ("mc", "mc")
 
 
 class _MoreFits(NamedTuple):
@@ -262,7 +263,7 @@ def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94):
                 float(np.std(values, ddof=1)), float(mcse_sd), spread.sd, spread.se, spread.variance_reduction,
                 spread.method, float(np.quantile(values, probs[0])), float(np.quantile(values, probs[1])),
                 float(mcse_q[0]), float(mcse_q[1]), lo.value, hi.value, lo.se, hi.se,
-                notes=(f"sd: {spread.note}",) if spread.note else ())
+                notes=(f"sd: {spread.note}",) if spread.note else (), method_bounds=(lo.method, hi.method))
 
 
 def _plain_mcse(values):
@@ -433,7 +434,7 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     post = _read_posterior(idata, var_names, integrands)  # from here on, arrays only
     X, S, rows, task_groups = post.draws, post.scores, post.rows, post.task_groups
-    flagged, divergent = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
+    flagged, divergent, widening = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
     _warn_unused(method, B, metacv, tasks, task_groups)
     every_row = rows + [(lab, v) for labels, vals in task_groups for lab, v in zip(labels, vals)]  # table order
     units = [u for u in _units(tasks, method, rows, task_groups, every_row) if u[0]]
@@ -446,8 +447,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         order = {label: i for i, (label, _) in enumerate(every_row)}
         records.sort(key=lambda r: order[r[0]])
         records, row_notes = _with_convergence(records, every_row, results, divergent)
+        records, widening_notes = _with_widened_se(records, widening)
         records, allowance_notes = _with_divergence_allowance(records, post.diverging)
-        flagged = {"all": flagged, "rows": [n for n in allowance_notes if n not in flagged] + row_notes}
+        flagged = {"all": flagged, "rows": widening_notes + [n for n in allowance_notes if n not in flagged]
+                   + row_notes}
     table = _table(records, results, flagged, kind, round_to, ci_prob, cv_interval)
     table.attrs["score_backend"] = compat.group(idata, SCORE).attrs.get("score_backend", "not recorded")
     return (table, dict(results)) if return_results else table
@@ -715,8 +718,9 @@ def _check_arguments(idata, var_names, model, integrands, method, tasks, metacv,
 
 def _run_wide_checks(post, check_scores, per_chain):
     """Notes that concern every row: many divergent transitions, chains of low E-BFMI and the Stein check
-    of the scores (an error when grossly violated), each also a warning (a non-empty list flags every row); and
-    the divergent draws (chain, draw) when they are few, for the rows' own check (else None)."""
+    of the scores (an error when grossly violated), each also a warning (a non-empty list flags every row);
+    the divergent draws (chain, draw) when they are few, for the rows' own check (else None); and the
+    Stein check's widening of the CV se's (``CheckOutcome``: factor and note; 1 per chain)."""
     notes = []
     X, S = post.draws, post.scores
     n_chain, n_draw, d = X.shape
@@ -733,21 +737,22 @@ def _run_wide_checks(post, check_scores, per_chain):
         note = energy_note(post.energy)
         notes += [note] if note else []
     names = post.parameter_names
+    widening = CheckOutcome(None)
     if check_scores and per_chain:  # every chain may have a target of its own
         # each chain as the MCMC chain it is, at a level shared by the chains: taken as independent draws, 4
         # AR(1) chains of 1,000 draws (0.5) failed the check in 48 of 200 chains, so most such tables were
         # flagged; with their ESS and a shared level, in 2 of 50 runs of 4 chains
         for c in range(n_chain):
             note = apply_stein_check(X[c], S[c], np.zeros(n_draw, dtype=int), names=names, where=f" in chain {c}",
-                                     family=n_chain, second_order=True)
+                                     family=n_chain, second_order=True).note
             notes += [note] if note else []
     elif check_scores:
         chain = np.repeat(np.arange(n_chain), n_draw)
-        note = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=names, second_order=True)
-        notes += [note] if note else []
+        widening = apply_stein_check(X.reshape(-1, d), S.reshape(-1, d), chain, names=names, second_order=True)
+        notes += [widening.note] if widening.note else []
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=3)
-    return notes, divergent
+    return notes, divergent, widening
 
 
 def _temperature_table(idata, var_names, model, settings, check_scores, progressbar, compile_kwargs):
@@ -765,7 +770,7 @@ def _temperature_table(idata, var_names, model, settings, check_scores, progress
         notes.append(f"{n_div} divergent transition(s) among the walkers; every se is marked unreliable.")
     if check_scores:
         for k, tk in enumerate(t):
-            note = apply_stein_check(Xs[k], Ss[k], chain, where=f" at t = {tk:.3g}")
+            note = apply_stein_check(Xs[k], Ss[k], chain, where=f" at t = {tk:.3g}").note
             notes += [note] if note else []
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=3)
@@ -820,6 +825,24 @@ def _with_convergence(records, every_row, results, divergent):
             seen.add(id(res))
             notes += [n for n in res.notes if "unreliable" in n and n not in notes]
     return out, notes
+
+
+def _with_widened_se(records, widening):
+    """``records`` with the se of every CV estimate (mean, sd, interval bounds) made ``widening.se_factor``
+    times wider and its variance reduction as many times squared smaller, and the note that says so
+    (:class:`~pymc_cv.core.score_check.CheckOutcome`); as they are at a factor of 1."""
+    f = widening.se_factor
+    if f <= 1:
+        return records, []
+    out = []
+    for rec in records:
+        if rec.method != "mc":
+            rec = rec._replace(cv_mcse=rec.cv_mcse * f, variance_reduction=rec.variance_reduction / f**2)
+        if rec.method_sd != "mc":
+            rec = rec._replace(cv_mcse_sd=rec.cv_mcse_sd * f, variance_reduction_sd=rec.variance_reduction_sd / f**2)
+        lb, ub = (f if m != "mc" else 1.0 for m in rec.method_bounds)
+        out.append(rec._replace(cv_mcse_lb=rec.cv_mcse_lb * lb, cv_mcse_ub=rec.cv_mcse_ub * ub))
+    return out, [widening.widening_note[0].upper() + widening.widening_note[1:]]
 
 
 def _with_divergence_allowance(records, diverging):

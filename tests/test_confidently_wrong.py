@@ -489,13 +489,13 @@ def test_correct_scores_of_chains_fitted_one_by_one_are_seldom_flagged():
     for _ in range(10):
         X = np.stack([np.column_stack([ar1_chain(rng, 1000, 0.5) for _ in range(3)]) for _ in range(4)])
         post = _Posterior(X, -X, ["a", "b", "c"], [], [], None, None)
-        notes, _ = _run_wide_checks(post, check_scores=True, per_chain=True)
+        notes, _, _ = _run_wide_checks(post, check_scores=True, per_chain=True)
         flagged += bool(notes)
     assert flagged <= 2  # measured 0 of 10; 8 of 10 with the draws taken as independent
     X = np.stack([np.column_stack([ar1_chain(rng, 1000, 0.5) for _ in range(3)]) for _ in range(4)])
     S = -X
     S[2] *= 1.5  # one chain's scores of the wrong scale: seen in 10 of 10 runs
-    notes, _ = _run_wide_checks(_Posterior(X, S, ["a", "b", "c"], [], [], None, None), True, True)
+    notes, _, _ = _run_wide_checks(_Posterior(X, S, ["a", "b", "c"], [], [], None, None), True, True)
     assert any("Stein check in chain 2" in n for n in notes)
 
 

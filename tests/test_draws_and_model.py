@@ -452,6 +452,53 @@ def test_second_order_stein_identities_hold_on_exact_draws_and_fail_without_a_re
     assert "second-order Stein identities" in only_second.message()
 
 
+def test_draws_off_on_the_second_order_identities_by_more_than_chance_widen_the_cv_se():
+    """Four AR(1) chains (0.5) of 1,000 draws with a correlation of 0.03 between coordinates, for scores
+    of N(0, I): each check passes, the joint test of the second-order identities comes out at p = 0.028,
+    and every CV se is widened by sqrt(statistic / degrees of freedom), its variance reduction as many
+    times squared smaller, the row still reliable and the note saying so; the same draws taken as
+    independent ones are not widened."""
+    from pymc_cv.core.score_check import ScoreCheck, stein_check
+
+    rng = np.random.default_rng(4)
+    e = rng.normal(size=(4, 1000, 3)) @ np.linalg.cholesky(0.97 * np.eye(3) + 0.03).T
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0]
+    for t in range(1, 1000):
+        x[:, t] = 0.5 * x[:, t - 1] + np.sqrt(0.75) * e[:, t]
+    x = x.reshape(4000, 3)
+    x /= x.std(axis=0)
+    chain = np.repeat(np.arange(4), 1000)
+    chk = stein_check(x, -x, chain=chain, second_order=True)
+    assert chk.level == "ok" and 0.001 < chk.second_order_p < 0.05
+    assert chk.se_factor == pytest.approx(np.sqrt(chk.second_order_dispersion)) and chk.se_factor > 1.2
+    f = np.column_stack([x[:, 0] ** 2 + x[:, 1], np.sin(x[:, 2])])
+    widened = pymc_cv.cv_estimate(f, x, -x, chain=chain, method="zv2")
+    plain = pymc_cv.cv_estimate(f, x, -x, chain=chain, method="zv2", check_scores=False)
+    np.testing.assert_allclose(widened.se, plain.se * chk.se_factor)
+    np.testing.assert_allclose(widened.variance_reduction, plain.variance_reduction / chk.se_factor**2)
+    np.testing.assert_allclose(widened.estimate, plain.estimate)
+    assert np.all(widened.se_reliable) and "widened" in widened.notes[0]
+    assert stein_check(x, -x, second_order=True).se_factor == 1.0
+    from pymc_cv.compat import from_dict
+    from pymc_cv.idata_groups import with_cv_groups
+
+    draws = x.reshape(4, 1000, 3)
+    idata = with_cv_groups(from_dict({"posterior": {"x": draws}}), {"x": draws}, {"x": -draws})
+    table = pymc_cv.summary(idata, progressbar=False, round_to=None)
+    assert table.attrs["notes"][0].startswith(f"The draws are off on the second-order Stein identities by more than "
+                                              f"chance (jointly p = {chk.second_order_p:.2g}): the se of every "
+                                              f"control-variate estimate is widened {chk.se_factor:.2f}x")
+    for label, row in table.iterrows():
+        res, t = table.attrs["cv_results"][label]
+        assert row["method"] != "mc" and row["se_reliable"]
+        assert row["cv_mcse"] >= chk.se_factor * np.ravel(res.se)[t] * (1 - 1e-12)
+    off = ScoreCheck(np.zeros(3), -np.ones(3), np.zeros((2, 3)), 3.0, "ok", 1.0, 3.3, 0.02, 0.001, 2.25, 0.05)
+    assert off.se_factor == 1.5
+    chance = ScoreCheck(np.zeros(3), -np.ones(3), np.zeros((2, 3)), 3.0, "ok", 1.0, 3.3, 0.2, 0.001, 1.4, 0.05)
+    assert chance.se_factor == 1.0
+
+
 def test_scores_follow_a_data_change_that_changes_the_shapes_of_the_parameters():
     # the compiled function cuts its raveled input into the variables' shapes; a model whose data set
     # the number of group effects is sampled again after pm.set_data with another number of groups

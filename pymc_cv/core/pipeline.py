@@ -44,11 +44,14 @@ class Target(NamedTuple):
 
 class Finding(NamedTuple):
     """What a check of the inputs found: a note and the rows whose se it makes unreliable
-    (``cv_only``: only rows that report a CV estimate)."""
+    (``cv_only``: only rows that report a CV estimate); or, with ``se_factor`` > 1 and ``unreliable``
+    False, the rows whose CV se it widens that many times."""
 
     note: str
     rows: object
     cv_only: bool = False
+    se_factor: float = 1.0
+    unreliable: bool = True
 
 
 def check_scores(targets, *, family=1, second_order=False, where=" for {label}"):
@@ -57,10 +60,13 @@ def check_scores(targets, *, family=1, second_order=False, where=" for {label}")
     found = []
     for tg in targets:
         place = where.format(label=tg.label) if tg.label else ""
-        note = apply_stein_check(tg.samples, tg.scores, tg.chain, where=place, repeats=tg.repeats, family=family,
-                                 second_order=second_order)
-        if note:
-            found.append(Finding(note, tg.rows))
+        outcome = apply_stein_check(tg.samples, tg.scores, tg.chain, where=place, repeats=tg.repeats, family=family,
+                                    second_order=second_order)
+        if outcome.note:
+            found.append(Finding(outcome.note, tg.rows))
+        if outcome.se_factor > 1:
+            found.append(Finding(outcome.widening_note, tg.rows, cv_only=True, se_factor=outcome.se_factor,
+                                 unreliable=False))
     return found
 
 
@@ -110,7 +116,10 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
             mask = np.zeros(np.shape(res.se_reliable), dtype=bool)
             mask[rows] = True
             rows = mask & (np.asarray(res.method) != "mc")
-        res.mark_unreliable(f.note, rows)
+        if f.unreliable:
+            res.mark_unreliable(f.note, rows)
+        else:
+            res.widen_se(f.note, f.se_factor, rows)
     return res
 
 

@@ -80,6 +80,13 @@ class CVResult:
         self.notes.insert(0, note)
         self.se_reliable[which] = False
 
+    def widen_se(self, note, factor, which=slice(None)):
+        """Put ``note`` first among the notes and make the se of ``which`` ``factor`` times wider (its
+        variance reduction ``factor**2`` times smaller): a finding about the inputs."""
+        self.notes.insert(0, note)
+        self.se[which] = self.se[which] * factor
+        self.variance_reduction[which] = self.variance_reduction[which] / factor**2
+
     _FIELDS = ("estimate", "se", "mc_estimate", "mc_se", "variance_reduction", "method", "se_reliable", "khat")
 
     def to_dataframe(self, labels=None):
