@@ -7,6 +7,13 @@ are in different groups, so the two workers can build them side by side (a build
 three minutes on a machine that has not built it).
 
 Notebooks run in their short form (``PYMC_CV_NB_FAST=1``; their kernels inherit the variable).
+
+Every process runs one BLAS / OpenMP thread.  Two xdist workers on two cores, each with its own
+BLAS threads and ``pm.sample``'s chain processes with theirs, oversubscribe the cores, and
+OpenBLAS's spinning threads then slow everything down: two copies of the hierarchical GP notebook
+side by side took 240 s with the default threads and 65 s with one each.  The variables are set
+here, in the main process, before xdist starts the workers, so the workers, the notebooks'
+kernels and the samplers' processes all inherit them before they load a BLAS.
 """
 
 import os
@@ -14,6 +21,8 @@ import os
 import pytest
 
 os.environ.setdefault("PYMC_CV_NB_FAST", "1")
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 # (part of an item's path, part of its name or "" for any) -> the Stan program it builds
 _STAN_PROGRAMS = (
