@@ -9,22 +9,77 @@ References are made independently of pymc-cv:
 - logistic regression: self-normalised importance sampling with a multivariate-t proposal at
   the posterior mode (its own se is printed and is far below the MCMC error);
 - stochastic volatility: a long NUTS run (no closed form), its se printed with it.
-Each returns (model, integrands or None, reference: dict label -> (mean, se, sd[, se of sd])): the
-posterior mean, the reference's own se of it, and the posterior sd (from the same quadrature or
-weights: conditional variances plus the variance of the conditional means) and, where it is not
-exact, its se.
+Each returns (model, integrands or None, reference: dict label -> :class:`Reference`): the posterior
+mean, the reference's own se of it, the posterior sd (from the same quadrature or weights: conditional
+variances plus the variance of the conditional means) and, where it is not exact, its se; and where the
+reference determines them, the posterior quantiles (eight schools, the varying intercepts' Gaussian
+coordinates: mixtures over the scale grid of their Gaussian conditionals; the logistic regression: the
+weighted quantiles of the importance draws, with their se).
 """
 
 from __future__ import annotations
+
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pymc as pm
 from scipy import linalg, optimize, special, stats
 
 
+class Reference(NamedTuple):
+    """One row's reference: mean, its se, sd, its se, and ``quantile(probs) -> (values, ses)`` or None."""
+
+    mean: float
+    se: float
+    sd: float
+    se_sd: float = 0.0
+    quantile: Callable | None = None
+
+
 def _logsumexp_weights(logw):
     w = np.exp(logw - logw.max())
     return w / w.sum()
+
+
+def _gaussian_mixture_quantile(w, means, variances):
+    """Quantiles of sum_i w_i N(means_i, variances_i), by root finding on the mixture's CDF (exact up to
+    the quadrature that made the weights); components of negligible weight are dropped."""
+    keep = w > 1e-14 * w.max()
+    w, m, s = w[keep] / w[keep].sum(), means[keep], np.sqrt(variances[keep])
+    lo, hi = float(np.min(m - 12 * s)), float(np.max(m + 12 * s))
+
+    def quantile(probs):
+        values = [optimize.brentq(lambda x: w @ special.ndtr((x - m) / s) - p, lo, hi, xtol=1e-12, rtol=1e-13)
+                  for p in np.atleast_1d(probs)]
+        return np.array(values), np.zeros(len(values))
+
+    return quantile
+
+
+def _weighted_quantile(values, w, importance=True):
+    """Quantiles of the weighted points ``values`` (weights ``w`` summing to 1).  Importance draws
+    (``importance``) get the se of self-normalised importance sampling: that of the CDF there,
+    sqrt(sum w_i^2 (1{x_i <= q} - p)^2), over the density (from the quantiles 0.002 to either side);
+    quadrature points get 0."""
+
+    def at(order, cum, p):
+        return float(np.interp(p, cum, values[order]))
+
+    def quantile(probs):
+        order = np.argsort(values)
+        cum = np.cumsum(w[order]) - 0.5 * w[order]
+        out, ses = [], []
+        for p in np.atleast_1d(probs):
+            q = at(order, cum, p)
+            out.append(q)
+            if not importance:
+                ses.append(0.0)
+                continue
+            density = 0.004 / (at(order, cum, p + 0.002) - at(order, cum, p - 0.002))
+            ses.append(np.sqrt(np.sum(w**2 * ((values <= q) - p) ** 2)) / density)
+        return np.array(out), np.array(ses)
+
+    return quantile
 
 
 # -- eight schools ---------------------------------------------------------------------------
@@ -64,11 +119,13 @@ def eight_schools():
     w = _logsumexp_weights(logw)
     m_mu, m_th, v_mu, v_th, v_eta = map(np.array, (m_mu, m_th, v_mu, v_th, v_eta))
 
-    def moments(mean, var):
+    def moments(mean, var, quantile=None):
         m = float(w @ mean)
-        return m, 0.0, float(np.sqrt(w @ (var + mean**2) - m**2))
+        return Reference(m, 0.0, float(np.sqrt(w @ (var + mean**2) - m**2)),
+                         quantile=quantile or _gaussian_mixture_quantile(w, mean, var))
 
-    ref = {"mu": moments(m_mu, v_mu), "tau": moments(tau_g, 0.0)}
+    # tau's quantiles from the 6,001-point grid on log tau (a step of 0.003 in log tau)
+    ref = {"mu": moments(m_mu, v_mu), "tau": moments(tau_g, 0.0, _weighted_quantile(tau_g, w, importance=False))}
     for j in range(8):
         ref[f"theta[{j}]"] = moments(m_th[:, j], v_th[:, j])
         ref[f"eta[{j}]"] = moments((m_th[:, j] - m_mu) / tau_g, v_eta[:, j])
@@ -116,7 +173,8 @@ def logistic_regression(seed=0, n=500, p=10):
         var = float(w @ sq)
         # the self-normalised IS se of the variance, through the delta method to the sd
         se_sd = float(np.sqrt(np.sum(w**2 * (sq - var) ** 2)) / (2 * np.sqrt(var)))
-        ref[lab] = (m, float(np.sqrt(var / ess)), float(np.sqrt(var)), se_sd)
+        ref[lab] = Reference(m, float(np.sqrt(var / ess)), float(np.sqrt(var)), se_sd,
+                             _weighted_quantile(draws[:, j], w))
     return model, None, ref
 
 
@@ -169,7 +227,11 @@ def varying_intercepts(seed=0, groups=85, n=900):
     for j in range(groups):
         ref[f"a[{j}]"] = 2 + j
         ref[f"a_offset[{j}]"] = 2 + groups + j
-    return model, None, {k: (float(mean[i]), 0.0, float(sd[i])) for k, i in ref.items()}
+    # the scales are grid points (121 a side: too coarse for their quantiles); the rest are Gaussian given them
+    return model, None, {k: Reference(float(mean[i]), 0.0, float(sd[i]),
+                                      quantile=None if k.startswith("sigma") else
+                                      _gaussian_mixture_quantile(w, cond[:, i], cond_var[:, i]))
+                         for k, i in ref.items()}
 
 
 # -- GP regression ---------------------------------------------------------------------------
@@ -227,7 +289,7 @@ def gp_regression(seed=0, n=50, n_new=20, width=10.0, points=61):
 
     def moments(x):
         m = float(w @ x)
-        return m, 0.0, float(np.sqrt(max(w @ x**2 - m**2, 0.0)))
+        return Reference(m, 0.0, float(np.sqrt(max(w @ x**2 - m**2, 0.0))))
 
     ref = {name: moments(np.exp(U[:, i])) for i, name in enumerate(["ls", "eta", "sigma"])}
     ref.update({f"pred[{j}]": moments(means[:, j]) for j in range(n_new)})
