@@ -8,7 +8,11 @@ integrand; the end weights are checked to be negligible).  diamonds has a Studen
 intercept of centred predictors, which decouples from the slopes given sigma: a Gauss-Hermite
 rule over the intercept inside the grid over sigma.  arK is an autoregression: given the first K
 observations, it is the regression of y[t] on (1, y[t-1], ..., y[t-K]).  The mcse of these references is 0 (their
-error is round-off, ~1e-12 of the posterior sd).
+error is round-off, ~1e-12 of the posterior sd).  The 3% and 97% quantiles come from the same
+quadratures: each row's CDF is a mixture over the grid of its CDF given sigma (Gaussian for the
+regression coefficients; for diamonds' intercept, whose prior is not Gaussian, a trapezoid rule
+on 1,801 points given sigma), inverted by Brent's method; sigma's own CDF is the grid's, linear
+between nodes (an error of O(step^2), step = 0.007 posterior sd of log sigma).
 
 Usage: python bench/posteriordb_exact.py [PDB] [NAME ...]      (writes bench/data/posteriordb/NAME.json)
 """
@@ -22,11 +26,12 @@ import sys
 
 import numpy as np
 import posteriordb_set as pset
-from scipy import special, stats
+from scipy import optimize, special, stats
 
 OUT = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
 GRID = 4001
 WIDTH = 14.0
+PROBS = (0.03, 0.97)
 
 
 def _log_half(dist, sigma):
@@ -47,9 +52,29 @@ def _weights(logpost):
     return w / w.sum()
 
 
+def _invert(cdf, mean, sd):
+    """The ``PROBS`` quantiles of a row with CDF ``cdf`` (vectorised only over nothing), mean and sd."""
+    lo, hi = mean - 12 * sd, mean + 12 * sd
+    return [optimize.brentq(lambda x: cdf(x) - p, lo, hi, xtol=1e-12 * sd, rtol=1e-14) for p in PROBS]
+
+
+def _gaussian_mixture_quantiles(w, means, sds):
+    """Quantiles of the mixture sum_i w_i N(means_i, sds_i^2)."""
+    mean = w @ means
+    sd = np.sqrt(w @ (sds**2 + (means - mean) ** 2))
+    return _invert(lambda x: w @ special.ndtr((x - means) / sds), mean, sd)
+
+
+def _grid_quantiles(w, sig):
+    """Quantiles of sigma from its grid (uniform in log sigma): the CDF at node i is the weight below it
+    plus half its own (the midpoint rule), linear in log sigma between nodes."""
+    cdf = np.cumsum(w) - w / 2
+    return [float(np.exp(np.interp(p, cdf, np.log(sig)))) for p in PROBS]
+
+
 def gaussian_linear(y, X, sigma_logprior, prior_mean=None, prior_sd=None):
-    """Posterior means and sds of (beta..., sigma) of y ~ N(X beta, sigma), beta flat or
-    N(prior_mean, prior_sd^2) elementwise, sigma with log prior density ``sigma_logprior``."""
+    """Posterior means, sds and ``PROBS`` quantiles of (beta..., sigma) of y ~ N(X beta, sigma), beta flat
+    or N(prior_mean, prior_sd^2) elementwise, sigma with log prior density ``sigma_logprior``."""
     n, k = X.shape
     XtX, Xty, yty = X.T @ X, X.T @ y, y @ y
     sig = _sigma_grid(y, X)
@@ -73,11 +98,15 @@ def gaussian_linear(y, X, sigma_logprior, prior_mean=None, prior_sd=None):
     e_beta = w @ means
     var_beta = np.einsum("i,ijj->j", w, covs) + w @ (means - e_beta) ** 2
     e_sigma = w @ sig
-    return np.r_[e_beta, e_sigma], np.sqrt(np.r_[var_beta, w @ (sig - e_sigma) ** 2])
+    sds = np.sqrt(np.einsum("ijj->ij", covs))
+    quantiles = [_gaussian_mixture_quantiles(w, means[:, j], sds[:, j]) for j in range(k)]
+    quantiles.append(_grid_quantiles(w, sig))
+    return np.r_[e_beta, e_sigma], np.sqrt(np.r_[var_beta, w @ (sig - e_sigma) ** 2]), quantiles
 
 
 def diamonds(data):
-    """b (centred slopes, N(0, 1)), Intercept (t3(8, 10)), sigma (half-t3(0, 10)), b_Intercept."""
+    """{row: (mean, sd, quantiles)} of b (centred slopes, N(0, 1)), Intercept (t3(8, 10)), sigma
+    (half-t3(0, 10)) and b_Intercept."""
     Y, X = np.asarray(data["Y"], float), np.asarray(data["X"], float)[:, 1:]
     means_x = X.mean(axis=0)
     Xc = X - means_x
@@ -118,10 +147,42 @@ def diamonds(data):
     cov_b = np.einsum("i,ijk->jk", w, Vb) + np.einsum("i,ij,ik->jk", w, mb - e_b, mb - e_b)
     cov_ab = w @ ((ea - e_a)[:, None] * (mb - e_b))
     var_bi = sd_a**2 + means_x @ cov_b @ means_x - 2 * means_x @ cov_ab
+    quantiles = {f"b[{j}]": _gaussian_mixture_quantiles(w, mb[:, j], np.sqrt(vb[:, j])) for j in range(k)}
+    quantiles["sigma"] = _grid_quantiles(w, sig)
+    # the intercept given sigma on a grid of u = (a - ybar) sqrt(n) / s, its density phi(u) t3(a), and its
+    # CDF by the trapezoid rule, linear between nodes
+    u = np.linspace(-9.0, 9.0, 1801)
+    du = u[1] - u[0]
+    scale = sig / np.sqrt(n)
+    a_grid = ybar + u[None, :] * scale[:, None]
+    dens = stats.norm.pdf(u)[None, :] * prior_a.pdf(a_grid)
+    cum = np.concatenate([np.zeros((GRID, 1)), np.cumsum((dens[:, 1:] + dens[:, :-1]) / 2, axis=1)], axis=1)
+    cum /= cum[:, -1:]
+    tw = dens.copy()
+    tw[:, [0, -1]] /= 2
+    tw /= tw.sum(axis=1, keepdims=True)
+
+    def intercept_cdf(x):
+        pos = np.clip((x - ybar) / scale - u[0], 0.0, u[-1] - u[0]) / du
+        j = np.minimum(pos.astype(int), u.size - 2)
+        rows_ = np.arange(GRID)
+        frac = pos - j
+        return w @ (cum[rows_, j] * (1 - frac) + cum[rows_, j + 1] * frac)
+
+    # b_Intercept = a - means_x . b: given sigma and a, Gaussian in b
+    lin_mean = mb @ means_x
+    lin_sd = np.sqrt(np.einsum("j,ijk,k->i", means_x, Vb, means_x))
+
+    def b_intercept_cdf(x):
+        z = (x - a_grid + lin_mean[:, None]) / lin_sd[:, None]
+        return w @ np.sum(tw * special.ndtr(z), axis=1)
+
+    quantiles["Intercept"] = _invert(intercept_cdf, e_a, sd_a)
+    quantiles["b_Intercept"] = _invert(b_intercept_cdf, e_a - means_x @ e_b, float(np.sqrt(var_bi)))
     rows = {f"b[{j}]": (e_b[j], sd_b[j]) for j in range(k)}
     rows.update({"Intercept": (e_a, sd_a), "sigma": (e_s, sd_s),
                  "b_Intercept": (e_a - means_x @ e_b, float(np.sqrt(var_bi)))})
-    return rows
+    return {lab: (m, s, quantiles[lab]) for lab, (m, s) in rows.items()}
 
 
 def _col(data, name):
@@ -179,24 +240,25 @@ EXACT = [*_regressions(), "diamonds-diamonds"]
 
 
 def exact_rows(name, data):
-    """{row label: (mean, sd)} of the posterior ``name``."""
+    """{row label: (mean, sd, ``PROBS`` quantiles)} of the posterior ``name``."""
     if name == "diamonds-diamonds":
         return diamonds(data)
     design, sigma_logprior, prior, labels = _regressions()[name]
     y, X = design(data)
     k = X.shape[1]
     prior_mean, prior_sd = prior(data, k) if prior is not None else (None, None)
-    mean, sd = gaussian_linear(y, X, sigma_logprior, prior_mean, prior_sd)
+    mean, sd, quantiles = gaussian_linear(y, X, sigma_logprior, prior_mean, prior_sd)
     if isinstance(labels, str):
         names = [f"{labels}[{j}]" for j in range(k)]
     else:
         names = labels(k) if callable(labels) else list(labels)
-    return {lab: (m, s) for lab, m, s in zip(names + ["sigma"], mean, sd)}
+    return {lab: (m, s, q) for lab, m, s, q in zip(names + ["sigma"], mean, sd, quantiles)}
 
 
 def make(pdb, name):
     p = pset.load(pdb, name)
-    rows = {lab: {"mean": float(m), "mcse": 0.0, "sd": float(s)} for lab, (m, s) in exact_rows(name, p.data).items()}
+    rows = {lab: {"mean": float(m), "mcse": 0.0, "sd": float(s), **pset.quantile_entry(PROBS, q, [0.0] * len(q))}
+            for lab, (m, s, q) in exact_rows(name, p.data).items()}
     check = pset.posteriordb_check(rows, p.reference_draws)
     how = {"method": "exact: closed form given sigma, quadrature over log sigma"
                      + (" and Gauss-Hermite over the intercept" if name == "diamonds-diamonds" else ""),

@@ -16,11 +16,16 @@ square of its MCSE (the runs are independent), and the pilot's ``mcse_4x1000`` i
 Replicated data drawn by an rng in generated quantities (``posteriordb_set.CONDITIONAL``) get their mean
 from its closed form given the parameters (Rao-Blackwellised): the same expectation, without the rng's noise.
 
-Usage: python bench/posteriordb_reference.py [--check] [PDB] [NAME ...]
+With ``--quantiles`` the 3% and 97% quantiles of every row are added to an existing reference, with their
+MCSE (ArviZ), from one more run of as many draws as ``REF_SECONDS`` (default 120) took at the stored runs'
+speed (up to ``REF_DRAWS``): quantiles cannot be pooled from the stored moments.  (The exact references of
+bench/posteriordb_exact.py have theirs already.)
+
+Usage: python bench/posteriordb_reference.py [--check | --quantiles] [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
        (default: the whole set of bench/posteriordb_set.py).  Writes bench/data/posteriordb/NAME.json.
        --check: no sampling; the stored references (long runs and exact ones) are checked again against
-       posteriordb's draws, mean and sd, and the check is rewritten into each file.
+       posteriordb's draws (mean, sd and quantiles), and the check is rewritten into each file.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pymc_cv import compat  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
 PILOT_DRAWS = 1000
+PROBS = (0.03, 0.97)
 SEED = 20261126
 
 
@@ -145,24 +151,49 @@ def extend(pdb, name, draws, old):
             "posteriordb_check": pset.posteriordb_check(rows, p.reference_draws)}
 
 
+def add_quantiles(pdb, name, old, max_draws, seconds):
+    """``old`` with the ``PROBS`` quantiles of every row and their mcse (ArviZ), from one more run of its own
+    (a new seed; as many draws as fit in ``seconds``, judged from the stored runs' speed): quantiles cannot be
+    pooled from stored moments, and the long runs' draws are not kept."""
+    p = pset.load(pdb, name)
+    how = old["how"]
+    per_draw = how["sampling_seconds"] / (how["draws_per_chain"] + 1000 * len(how.get("runs", [None])))
+    draws = int(min(max_draws, max(PILOT_DRAWS, seconds / per_draw)))
+    runs = how.get("runs") or [how]
+    seed = int(max(np.max(r["seed"]) for r in runs)) + 100
+    posterior, fit, t_run = _sample(p, draws, seed)
+    rows = {}
+    for label, values in _row_arrays(fit, posterior).items():
+        varying = np.ptp(values) > 0
+        ses = [compat.mcse_quantile(values, q) if varying else 0.0 for q in PROBS]
+        rows[label] = dict(old["rows"][label], **pset.quantile_entry(PROBS, np.quantile(values, PROBS), ses))
+    how = dict(how, quantiles={"probs": list(PROBS), "draws_per_chain": draws, "seed": int(seed),
+                               "sampling_seconds": round(t_run, 1), "date": datetime.date.today().isoformat()})
+    return {"name": name, "how": how, "rows": rows,
+            "posteriordb_check": pset.posteriordb_check(rows, p.reference_draws)}
+
+
 def describe(ref):
     rows = ref["rows"].values()
     ratio = np.array([r["mcse"] / r["mcse_4x1000"] for r in rows if r.get("mcse_4x1000", 0) > 0])
     check = ref["posteriordb_check"]
     z = np.array([abs(c["z"]) for c in check.values()])
     z_sd = np.array([abs(c["z_sd"]) for c in check.values()])
+    z_q = np.array([abs(v) for c in check.values() for k, v in c.items() if k.startswith("z_q")])
     far = [lab for lab, c in check.items() if abs(c["z"]) > 4 or abs(c["z_sd"]) > 4]
     how = ref["how"]
     return (f"| {ref['name']} | {len(ref['rows'])} | {how.get('draws_per_chain', 'exact')} "
             f"| {how.get('sampling_seconds', '-')} | {np.median(ratio) if ratio.size else 0:.3f} "
             f"| {np.mean(ratio < 0.1) if ratio.size else 1:.0%} | {len(z)} | {np.max(z, initial=0):.2f} "
             f"| {np.mean(z <= 2) if z.size else 1:.0%} | {np.max(z_sd, initial=0):.2f} "
-            f"| {np.mean(z_sd <= 2) if z_sd.size else 1:.0%} | {', '.join(far) or '-'} |")
+            f"| {np.mean(z_sd <= 2) if z_sd.size else 1:.0%} | {np.max(z_q, initial=0):.2f} "
+            f"| {np.mean(z_q <= 2) if z_q.size else 1:.0%} | {', '.join(far) or '-'} |")
 
 
 HEADER = ("| posterior | rows | draws / chain | s | median ref mcse / 4x1000 mcse | rows below 0.1 "
           "| rows in posteriordb | max abs z | abs z <= 2 | max abs z of the sd | abs z of the sd <= 2 "
-          "| abs z > 4 (mean or sd) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| max abs z of the 3% and 97% quantiles | their abs z <= 2 "
+          "| abs z > 4 (mean or sd) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def recheck(pdb, name, ref):
@@ -172,19 +203,24 @@ def recheck(pdb, name, ref):
 
 def main():
     args = sys.argv[1:]
-    only_check = bool(args) and args[0] == "--check"
-    args = args[1:] if only_check else args
+    mode = args.pop(0) if args and args[0] in ("--check", "--quantiles") else None
     pdb = args.pop(0) if args and os.path.isdir(args[0]) else pset.DEFAULT_PDB
     names = args or pset.NAMES
     max_draws = int(os.environ.get("REF_DRAWS", 250_000))
-    seconds = float(os.environ.get("REF_SECONDS", 600))
+    seconds = float(os.environ.get("REF_SECONDS", 120 if mode == "--quantiles" else 600))
     os.makedirs(OUT, exist_ok=True)
     lines = []
     for name in names:
         path = os.path.join(OUT, f"{name}.json")
-        if only_check:
+        if mode == "--check":
             with open(path) as fh:
                 ref = recheck(pdb, name, json.load(fh))
+        elif mode == "--quantiles":
+            with open(path) as fh:
+                ref = json.load(fh)
+            if "draws_per_chain" not in ref["how"]:
+                continue  # an exact reference (bench/posteriordb_exact.py) has its quantiles
+            ref = add_quantiles(pdb, name, ref, max_draws, seconds)
         elif os.environ.get("REF_EXTEND") == "1":
             with open(path) as fh:
                 ref = extend(pdb, name, max_draws, json.load(fh))

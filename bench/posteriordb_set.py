@@ -80,11 +80,33 @@ def reference_draw_moments(draws):
     return out
 
 
+def _draw_quantile(draws, key, prob):
+    """posteriordb's reference draws' ``prob`` quantile of ``key`` and its mcse (ArviZ, over their chains)."""
+    from pymc_cv import compat
+
+    arr = np.array([chain[key] for chain in draws], dtype=float)
+    return float(np.quantile(arr, prob)), compat.mcse_quantile(arr, prob) if np.ptp(arr) > 0 else 0.0
+
+
 def reference_sd_se(row):
     """A reference row's sd's own se: 0 for the exact references, sd / sqrt(2 ESS) for the long runs
     (the Gaussian value)."""
     ess = row.get("ess_mean")
     return 0.0 if ess is None else row["sd"] / np.sqrt(2.0 * ess) if np.isfinite(ess) and ess > 0 else 0.0
+
+
+def quantile_entry(probs, values, ses):
+    """A reference row's quantiles as stored: {"quantiles": {"0.03": value, ...}, "quantile_mcse": {...}}."""
+    return {"quantiles": {f"{p:g}": float(v) for p, v in zip(probs, values)},
+            "quantile_mcse": {f"{p:g}": float(s) for p, s in zip(probs, ses)}}
+
+
+def reference_quantile(row, prob):
+    """(value, se) of a reference row's ``prob`` quantile, or None where the reference has none."""
+    key = f"{prob:g}"
+    if key not in row.get("quantiles", {}):
+        return None
+    return row["quantiles"][key], row["quantile_mcse"][key]
 
 
 def stan_name(label):
@@ -97,8 +119,8 @@ def stan_name(label):
 
 def posteriordb_check(rows, draws):
     """{label: posteriordb's mean and mcse of that row, and z = (ours - theirs) / combined mcse; the same
-    for the sd (z_sd)} for the rows {label: {"mean", "mcse", "sd"}} that posteriordb's reference
-    ``draws`` (or None) hold."""
+    for the sd (z_sd) and each stored quantile (z_q0.03, ...)} for the rows {label: {"mean", "mcse", "sd"}}
+    that posteriordb's reference ``draws`` (or None) hold."""
     if draws is None:
         return {}
     theirs = reference_draw_moments(draws)
@@ -113,6 +135,11 @@ def posteriordb_check(rows, draws):
                             "z": float((row["mean"] - m) / combined) if combined > 0 else 0.0,
                             "posteriordb_sd": sd, "posteriordb_mcse_sd": se_sd,
                             "z_sd": float((row["sd"] - sd) / combined_sd) if combined_sd > 0 else 0.0}
+            for prob in map(float, row.get("quantiles", {})):
+                q, q_se = reference_quantile(row, prob)
+                theirs_q, theirs_se = _draw_quantile(draws, key, prob)
+                combined_q = np.hypot(q_se, theirs_se)
+                check[label][f"z_q{prob:g}"] = float((q - theirs_q) / combined_q) if combined_q > 0 else 0.0
     return check
 
 
