@@ -16,6 +16,8 @@ than 4 combined se off, and how many of those were flagged ``se_reliable=False``
 "precise": rows whose reference MCSE is below 0.1x this run's MCMC MCSE.  The same for the sd
 (rows told, median |CV sd error| / |MCMC sd error|, 2-se coverage of ``cv_sd``), and the median
 ``cv_ess / ess_bulk``.  The last line also gives both coverages over the rows marked reliable alone.
+A second table: the 3% and 97% bounds of ``summary(..., cv_interval=True)`` (timed apart) against the
+references' quantiles (see ``_bound_errors``).
 
 Usage: python bench/posteriordb.py [PDB] [NAME ...]
        PDB: a posteriordb checkout (default ../shared/data/posteriordb); NAME: posteriordb names
@@ -39,6 +41,7 @@ import posteriordb_set as pset
 
 REF_DIR = os.path.join(os.path.dirname(__file__), "data", "posteriordb")
 SEED = 1
+CI_PROB = 0.94
 
 
 def _reference(name):
@@ -107,6 +110,40 @@ def _sd_errors(table, ref):
             "cv_ess_ratio": float(np.median(ess)) if ess.size else float("nan")}
 
 
+def _bound_errors(table, ref, ci_prob):
+    """The interval bounds of ``summary(..., cv_interval=True)`` against the reference quantiles: per bound,
+    2-se coverage of the CV bound (its se and the reference's combined), and over the bounds whose plain
+    quantile is more than 3 reference se off ("told"), the median |CV error| / |plain error|, also over
+    those the CVs moved from the plain quantile; the median cv_mcse / mcse of the moved bounds."""
+    from pymc_cv import compat
+
+    names = compat.interval_names(ci_prob)
+    probs = ((1 - ci_prob) / 2, (1 + ci_prob) / 2)
+    ratios, moved_ratios, se_ratios, covered = [], [], [], []
+    for lab in table.index:
+        if table.loc[lab, "sd"] == 0:
+            continue
+        for name, prob in zip(names, probs):
+            truth = pset.reference_quantile(ref[lab], prob)
+            if truth is None:
+                continue
+            t, t_se = truth
+            plain, cv = float(table.loc[lab, name]), float(table.loc[lab, f"cv_{name}"])
+            cv_se = float(table.loc[lab, f"cv_mcse_{name}"])
+            covered.append(bool(abs(cv - t) <= 2 * np.hypot(cv_se, t_se)))
+            moved = cv != plain
+            if moved:
+                se_ratios.append(cv_se / float(table.loc[lab, f"mcse_{name}"]))
+            if abs(plain - t) > 3 * t_se:
+                ratios.append(abs(cv - t) / abs(plain - t))
+                if moved:
+                    moved_ratios.append(ratios[-1])
+    med = lambda x: float(np.median(x)) if x else float("nan")  # noqa: E731
+    return {"bounds": len(covered), "told": len(ratios), "moved": len(se_ratios), "median": med(ratios),
+            "moved_median": med(moved_ratios), "covered": int(np.sum(covered)), "se_ratio": med(se_ratios),
+            "ratios": ratios}
+
+
 def _forget_fits(model_name):
     """httpstan keeps every fit and returns it again for the same model, data, arguments and seed:
     without this a second run of the bench would time a cache read, not Stan's sampling."""
@@ -151,11 +188,16 @@ def run_one(pdb, name):
     t0 = time.perf_counter()
     table = pymc_cv.summary(idata, progressbar=False)
     t_summary = time.perf_counter() - t0
+    # the bounds by CVs (not a default): a second table, timed apart
+    t0 = time.perf_counter()
+    bounds_table = pymc_cv.summary(idata, progressbar=False, cv_interval=True, ci_prob=CI_PROB)
+    t_bounds = time.perf_counter() - t0
+    bounds = dict(_bound_errors(bounds_table, ref, CI_PROB), seconds=t_bounds)
     divergent = int(np.sum(np.asarray(fit["divergent__"])))
     return {"name": name, "d": int(idata["score"]["unconstrained"].shape[-1]), "rows": len(table),
             "stan": t_stan, "arviz": t_arviz, "convert": t_convert, "summary": t_summary, "az": t_az,
             "methods": table["method"].value_counts().to_dict(), "flagged": int((~table["se_reliable"]).sum()),
-            "divergent": divergent, **_errors(table, ref)}
+            "divergent": divergent, "bounds": bounds, **_errors(table, ref)}
 
 
 def _in_subprocess(pdb, name, timeout):
@@ -187,6 +229,32 @@ def line(r):
             f"| {r['median']:.2g} | {r['worst']:.2g} | {r['coverage']:.0%} | {r['far']} ({r['far_flagged']}) "
             f"| {r['flagged']} | {r['divergent']} | {r['precise']:.0%} | {r['sd_told']} | {r['sd_median']:.2g} "
             f"| {r['sd_coverage']:.0%} | {r['sd_far']} ({r['sd_far_flagged']}) | {r['cv_ess_ratio']:.3g} |")
+
+
+BOUNDS_HEADER = ("| posterior | bounds | told | moved | median CV/plain error | over moved | 2-se coverage "
+                 "| cv_mcse / mcse (moved) | summary(cv_interval=True) s | / Stan |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def bounds_line(r):
+    if "error" in r or not r["bounds"]["bounds"]:
+        return f"| {r['name']} | {r.get('error', 'no reference quantiles')} |" + " |" * 8
+    b = r["bounds"]
+    return (f"| {r['name']} | {b['bounds']} | {b['told']} | {b['moved']} | {b['median']:.2g} | {b['moved_median']:.2g} "
+            f"| {b['covered'] / b['bounds']:.0%} | {b['se_ratio']:.2g} | {b['seconds']:.1f} "
+            f"| {b['seconds'] / r['stan']:.2f} |")
+
+
+def bounds_overall(results):
+    ok = [r["bounds"] for r in results if "error" not in r and r["bounds"]["bounds"]]
+    ratios = np.concatenate([b["ratios"] for b in ok]) if ok else np.array([])
+    medians = [b["median"] for b in ok if np.isfinite(b["median"])]
+    pooled = np.median(ratios) if ratios.size else float("nan")
+    per_posterior = np.median(medians) if medians else float("nan")
+    coverage = sum(b["covered"] for b in ok) / max(sum(b["bounds"] for b in ok), 1)
+    return (f"bounds: {sum(b['bounds'] for b in ok)} in {len(ok)} posteriors, {ratios.size} told; median CV/plain "
+            f"error over told bounds {pooled:.2g}, median of per-posterior medians {per_posterior:.2g}; "
+            f"2-se coverage {coverage:.1%}")
 
 
 def overall(results):
@@ -272,6 +340,11 @@ def main():
     print(HEADER)
     print("\n".join(line(r) for r in results))
     print("\n" + overall(results))
+    print(f"\nThe {100 * (1 - CI_PROB) / 2:g}% and {100 * (1 + CI_PROB) / 2:g}% bounds, "
+          "summary(..., cv_interval=True)\n")
+    print(BOUNDS_HEADER)
+    print("\n".join(bounds_line(r) for r in results))
+    print("\n" + bounds_overall(results))
     out = os.environ.get("PDB_FIGURE", os.path.join(os.path.dirname(__file__), "..", "docs", "_static",
                                                     "posteriordb.png"))
     if out:
