@@ -157,10 +157,11 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
     # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
     # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
     tuned = []
+    # both designs start from the same kernel (its median heuristic is a sort of half a million distances)
+    start = make_kernel(opts.kernel, d, X, ard=opts.ard if opts.ard != "auto" else d <= 20)
     for o in orders:
         tune_order = o if opts.poly_order != "auto" else min(o, _secf_order(n_tune, d, "auto"))
-        kernel = make_kernel(opts.kernel, d, X, ard=opts.ard if opts.ard != "auto" else d <= 20)
-        kernel, nugget = _tune(kernel, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
+        kernel, nugget = _tune(start, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
         tuned.append((KernelSpec(kernel, np.ones((1, 1)), nugget, [o]), tune_order))
     fitted = problem._replace(Y=Y[:, cols])
     factors = [_TRY] * len(tuned)
