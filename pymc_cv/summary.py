@@ -51,10 +51,19 @@ _KINDS = {
 }
 
 
+# cv_estimate's options that summary sets itself, per fit
+_SET_BY_SUMMARY = {"tune_columns", "check_mixing", "residual_khat"}
+
+
 def _split_options(options):
     cv_keys = set(inspect.signature(cv_estimate).parameters)
     vv_keys = set(inspect.signature(vvcv_estimate).parameters)
-    unknown = (set(options) - cv_keys - vv_keys) | ({"tune_columns"} & set(options))
+    own = _SET_BY_SUMMARY & set(options)
+    if own:
+        raise TypeError(f"summary() sets {sorted(own)} itself (the kernel is tuned on the rows, their chains are "
+                        "checked for mixing, the table has no k-hat column); drop them, or call cv_estimate for "
+                        "these options.")
+    unknown = set(options) - cv_keys - vv_keys
     if unknown:
         raise TypeError(f"summary() got unknown options {sorted(unknown)}; see cv_estimate / vvcv_estimate.")
     return ({k: v for k, v in options.items() if k in cv_keys},
@@ -602,14 +611,15 @@ class _RowFitter:
         # the squares' mixing is the rows' (their R-hat is the rows' folded one): cv_sd falls back
         # to the plain sd where the row is unmixed
         res = cv_estimate(np.column_stack([Y, squares]), self.Xf, self.Sf, method=method, chain=self.chain,
-                          tune_columns=np.arange(k), check_mixing=np.arange(k), **self.cv_opts)
+                          tune_columns=np.arange(k), check_mixing=np.arange(k), residual_khat=False, **self.cv_opts)
         if not self.cv_interval:
             return [_record(label, v, res, j, self.results, more=_MoreFits((res, k + j), centre[j]),
                             ci_prob=self.ci_prob) for j, (label, v) in enumerate(zip(labels, vals))]
         # the steps in a fit of their own: tuned with the smooth columns, they shortened the kernel's
         # length-scales and cost the sd of a Beta posterior 20x its accuracy
         steps, plan = smoothed_steps(Y, self.probs)
-        res_steps = cv_estimate(steps, self.Xf, self.Sf, method=method, chain=self.chain, **self.cv_opts)
+        res_steps = cv_estimate(steps, self.Xf, self.Sf, method=method, chain=self.chain, residual_khat=False,
+                                **self.cv_opts)
 
         def residual_se(r):
             return mcse_mean(r, self.chain)

@@ -106,3 +106,18 @@ def test_a_fit_whose_se_with_its_jackknife_bias_is_many_times_mcs_reports_the_mc
                           jackknife_bias=np.array([0.05]))]
     kept = pipeline.run(y[:, None], None, steady, [])
     assert kept.method[0] == "steady" and res.mc_se[0] < kept.se[0] < 2 * res.mc_se[0]
+
+
+def test_the_residual_khat_is_left_out_on_request_and_nothing_else_moves():
+    import pymc_cv
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 2))
+    Y = np.column_stack([np.sin(x[:, 0]) + x[:, 1] ** 2, np.exp(x[:, 0] / 2)])
+    chain = np.repeat([0, 1], 150)
+    full = pymc_cv.cv_estimate(Y, x, -x, chain=chain)
+    lean = pymc_cv.cv_estimate(Y, x, -x, chain=chain, residual_khat=False)
+    assert np.all(np.isfinite(full.khat)) and np.all(np.isnan(lean.khat))
+    for key in ("estimate", "se", "mc_se", "variance_reduction", "method", "se_reliable"):
+        assert np.array_equal(getattr(full, key), getattr(lean, key)), key
+    assert full.notes == lean.notes

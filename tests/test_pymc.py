@@ -245,6 +245,9 @@ def test_bad_summary_arguments():
         pymc_cv.summary(idata, model=model, integrands={"f": lambda post: np.ones(3)}, progressbar=False)
     with pytest.raises(TypeError, match="unknown options"):
         pymc_cv.summary(idata, model=model, colour="red", progressbar=False)
+    for own in ("check_mixing", "tune_columns", "residual_khat"):
+        with pytest.raises(TypeError, match=f"sets \\['{own}'\\] itself"):
+            pymc_cv.summary(idata, model=model, progressbar=False, **{own: False})
 
 
 def test_infinite_unconstrained_draw_is_reported():

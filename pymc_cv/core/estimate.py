@@ -401,6 +401,7 @@ def cv_estimate(
     check_scores=True,
     check_tails=True,
     check_mixing=True,
+    residual_khat=True,
     client=None,
     return_fit=False,
     tune_columns=None,
@@ -473,6 +474,10 @@ def cv_estimate(
         ``summary`` checks the rows and not the centred squares that give their sd: the rank
         R-hat of f is the larger of its bulk and folded (``abs(f - median)``) values, and the ranks
         of ``(f - mean)**2`` are those of ``abs(f - mean)``.
+    residual_khat : bool
+        Fill ``CVResult.khat``, the Pareto k-hat of each integrand's standardised held-out residuals
+        (one PSIS fit per integrand, a diagnostic that nothing here acts on); False leaves it NaN.
+        ``summary``, whose table does not show it, turns it off.
     client : dask.distributed.Client, optional
         Above ``exact_max_n`` draws, where no low-rank factor of the kernel matrix exists (that one
         is fitted here, with or without a client), keep the inducing-point features (N x M) as a
@@ -525,7 +530,7 @@ def cv_estimate(
     solver = _Solver(method, X, S, Y, chain, rep, std, opts)
     res = pipeline.run(Y, chain, solver, findings, choose="first" if solver.strict else "best",
                        fallback=not solver.strict, standardizer=std if return_fit else None,
-                       mixing_columns=mixing)
+                       mixing_columns=mixing, khat=bool(residual_khat))
     return pipeline.squeeze(res) if one_d else res
 
 

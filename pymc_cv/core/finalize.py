@@ -210,7 +210,7 @@ def _assess(cand, i, sd_y, c, mcse, floor):
 
 
 def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integrand", notes=None,
-             method_label=None, standardizer=None):
+             method_label=None, standardizer=None, khat=True):
     """A :class:`CVResult` for the k integrands (columns of ``Y``) from candidate fits.
 
     Parameters
@@ -230,6 +230,8 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     standardizer : Standardizer, optional
         With it, ``CVResult.fits`` holds each integrand's chosen fit as a :class:`CVFit` (the
         candidates must carry predictors: ``return_fit=True``).
+    khat : bool
+        Fill ``CVResult.khat`` (a Pareto fit per integrand); NaN without it.
     Y may also be a list of k 1-d arrays of different lengths (tasks).
     """
     cols = [np.asarray(Y[:, j]) for j in range(Y.shape[1])] if isinstance(Y, np.ndarray) else list(Y)
@@ -238,7 +240,7 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     mc_ess = (effective_sample_sizes(np.column_stack(cols), chain)
               if not isinstance(chain, list) and len({y.size for y in cols}) == 1 and cols[0].size >= 2 else None)
     lines = []
-    rule = _Rule(choose, fallback, kind, method_label)
+    rule = _Rule(choose, fallback, kind, method_label, khat)
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc = float(np.mean(y))
         mcse = mcse_mean(y, c) if mc_ess is None else float(np.std(y, ddof=1) / np.sqrt(mc_ess[j]))
@@ -270,6 +272,7 @@ class _Rule(NamedTuple):
     fallback: bool
     kind: str
     method_label: str | None
+    khat: bool = True
 
 
 # a CV's se (its fit's jackknife spread and bias included) is conservative, up to 2-3x its RMSE on
@@ -283,7 +286,7 @@ def _report(j, y, c, plain_mean, candidates, rule, notes):
     """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's, ``plain_mean`` = (mean,
     mcse)) and the chosen :class:`Assessment` (None when MC is reported)."""
     mc, mcse = plain_mean
-    choose, fallback, kind, method_label = rule
+    choose, fallback, kind, method_label, _ = rule
     floor = roundoff_floor(y)
     sd_y = float(np.std(y))
     plain = Reported(mc, mcse, mc, mcse, "mc", 1.0, np.nan, None, y - mc, 0.0)
@@ -320,6 +323,7 @@ def _report(j, y, c, plain_mean, candidates, rule, notes):
                      f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
                      "method='auto' or 'mc'.")
     z = a.cand.z[a.i] if isinstance(a.cand.z, list) else a.cand.z[:, a.i]
-    line = Reported(float(a.cand.estimate[a.i]), a.se, mc, mcse, name, vr, residual_khat(z), a.cand.info,
+    khat = residual_khat(z) if rule.khat else np.nan
+    line = Reported(float(a.cand.estimate[a.i]), a.se, mc, mcse, name, vr, khat, a.cand.info,
                     a.resid - np.mean(a.resid), a.bias if a.cand.info is not None else 0.0)
     return line, a

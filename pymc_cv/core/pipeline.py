@@ -81,7 +81,7 @@ def check_tails(targets):
 
 
 def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choose="best", fallback=True,
-        standardizer=None, mixing_columns=None):
+        standardizer=None, mixing_columns=None, khat=True):
     """The estimate of every integrand (task) from the candidates ``solver(notes)`` returns.
 
     Parameters
@@ -95,7 +95,7 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     findings : sequence of :class:`Finding`
         From :func:`check_scores` and :func:`check_tails`, marked on the result in this order
         (so the first reads first).
-    kind, choose, fallback, standardizer
+    kind, choose, fallback, standardizer, khat
         As :func:`~pymc_cv.core.finalize.finalize` takes them.
     mixing_columns : array of int, optional
         The integrands (``kind="integrand"``) whose chains are checked for mixing; None: all.
@@ -107,7 +107,7 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     notes = []
     candidates = solver(notes)
     res = finalize(values, chains, candidates, choose=choose, fallback=fallback, kind=kind, notes=notes,
-                   standardizer=standardizer)
+                   standardizer=standardizer, khat=khat)
     for j, (rhat, limit) in _unmixed(values, chains, kind, mixing_columns):
         res.mark_unreliable(unmixed_note(f"{kind} {j}", rhat, limit), j)
     for f in reversed(list(findings)):
