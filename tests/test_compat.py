@@ -106,3 +106,31 @@ def test_diagnostics_of_draws_seen_before_in_one_call_are_not_computed_again(mon
     assert seen == [("rhat", 2), ("rhat", 1), ("ess", 3)]
     compat.rhats(draws)  # outside: computed
     assert seen[-1] == ("rhat", 3)
+
+
+@pytest.mark.skipif(compat.arviz_major() >= 1, reason="ArviZ 0.x's numba switch")
+def test_arviz_0x_diagnostics_take_the_numpy_path_and_leave_arviz_as_they_found_it():
+    import arviz as az
+
+    pytest.importorskip("numba")
+    draws = _ar1(0.6, 4, 500, np.random.default_rng(2))
+    before = az.Numba.numba_flag
+    az.Numba.enable_numba()
+    try:
+        with_numba = float(az.rhat(draws)), float(az.ess(draws, method="bulk"))
+        seen = []
+        original = az.rhat
+
+        def spy(*args, **kwargs):
+            seen.append(az.Numba.numba_flag)
+            return original(*args, **kwargs)
+
+        az.rhat = spy
+        try:
+            ours = compat.rhat(draws), float(compat.ess_bulk(draws))
+        finally:
+            az.rhat = original
+        assert seen == [False] and az.Numba.numba_flag  # numba off inside, restored after
+        np.testing.assert_allclose(ours, with_numba, rtol=1e-12)
+    finally:
+        az.Numba.numba_flag = before
