@@ -17,6 +17,7 @@ import contextvars
 import functools
 import hashlib
 import inspect
+import sys
 import warnings
 
 import numpy as np
@@ -118,10 +119,36 @@ def from_dict(groups, *, coords=None, dims=None):
         return az.from_dict(**groups, coords=coords, dims=dims)
 
 
+@contextlib.contextmanager
+def _lazy_jax_set_aside():
+    """JAX left unimported while ArviZ's diagnostics run.
+
+    arviz-base registers JAX as a lazy module wherever it is installed (numpyro pulls it in), and
+    SciPy's array-API helpers (``logsumexp`` inside PSIS: the first of them a summary reaches) look up
+    ``jax.Array`` on whatever ``sys.modules["jax"]`` holds, which imports it, for numpy arrays that are
+    not JAX's: 0.2-0.8 s of the first ``summary`` in a process (eight schools on nutpie's draws, PyMC 6:
+    2.50 -> 2.25 s at the median of 3 processes with JAX's files in the disk cache; 0.82 s of a first
+    call profiled with a cold cache).  A lazy module not yet loaded is set aside for the call and put
+    back unless JAX was imported meanwhile.
+    """
+    lazy = sys.modules.get("jax")
+    if lazy is None or type(lazy).__name__ != "_LazyModule":
+        yield
+        return
+    del sys.modules["jax"]
+    try:
+        yield
+    finally:
+        sys.modules.setdefault("jax", lazy)
+
+
+@contextlib.contextmanager
 def _array_stats():
+    """``arviz_stats.base.array_stats`` (ArviZ 1), JAX set aside while it runs."""
     from arviz_stats.base import array_stats
 
-    return array_stats
+    with _lazy_jax_set_aside():
+        yield array_stats
 
 
 # one call can diagnose the same draws more than once (the integrands' mixing check, then the table's
@@ -176,13 +203,15 @@ def _numpy_path():
     """ArviZ 0.x's diagnostics on their numpy path.  Where numba is installed (PyTensor 2.38 requires
     it) ArviZ 0.x takes chain variances through numba, which compiles them in every new process: 0.1-0.2
     s of the first summary (eight schools, 4 x 1,000 draws: 2.03 -> 1.83 s), and the numba path of the
-    sd's mcse calls float() on a 1-element array, an error under NumPy 2."""
+    sd's mcse calls float() on a 1-element array, an error under NumPy 2.  JAX is set aside too
+    (:func:`_lazy_jax_set_aside`)."""
     import arviz as az
 
     flag = az.Numba.numba_flag
     az.Numba.numba_flag = False
     try:
-        yield
+        with _lazy_jax_set_aside():
+            yield
     finally:
         az.Numba.numba_flag = flag
 
@@ -191,7 +220,8 @@ def _computed_diagnostic(ary, name, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return np.asarray(getattr(_array_stats(), name)(ary, **kwargs), dtype=float)
+            with _array_stats() as stats:
+                return np.asarray(getattr(stats, name)(ary, **kwargs), dtype=float)
         with _numpy_path():
             return _computed_diagnostic_0x(ary, name, **kwargs)
 
@@ -229,7 +259,8 @@ def _mcse(ary, method, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return float(_array_stats().mcse(ary, method=method, **kwargs))
+            with _array_stats() as stats:
+                return float(stats.mcse(ary, method=method, **kwargs))
         import arviz as az
 
         with _numpy_path():
@@ -274,7 +305,8 @@ def rhat(ary):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return float(_array_stats().rhat(ary))
+            with _array_stats() as stats:
+                return float(stats.rhat(ary))
         import arviz as az
 
         with _numpy_path():
@@ -287,7 +319,8 @@ def bfmi(energy):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
-            return np.asarray(_array_stats().bfmi(energy), dtype=float)
+            with _array_stats() as stats:
+                return np.asarray(stats.bfmi(energy), dtype=float)
         import arviz as az
 
         with _numpy_path():
@@ -302,7 +335,8 @@ def psis_khat(log_weights):
         if arviz_major() >= 1:
             # arviz_stats' psislw takes log-likelihood values (it smooths -ary), not log weights
             try:
-                _, khat = _array_stats().psislw(-lw)
+                with _array_stats() as stats:
+                    _, khat = stats.psislw(-lw)
             except ValueError as err:
                 if "tail values are the same" not in str(err):
                     raise
@@ -310,7 +344,8 @@ def psis_khat(log_weights):
         else:
             import arviz as az
 
-            _, khat = az.psislw(lw)
+            with _lazy_jax_set_aside():
+                _, khat = az.psislw(lw)
     return float(khat)
 
 

@@ -134,3 +134,22 @@ def test_arviz_0x_diagnostics_take_the_numpy_path_and_leave_arviz_as_they_found_
         np.testing.assert_allclose(ours, with_numba, rtol=1e-12)
     finally:
         az.Numba.numba_flag = before
+
+
+def test_diagnostics_leave_a_lazily_registered_jax_unimported(monkeypatch):
+    import sys
+    import types
+
+    class _LazyModule(types.ModuleType):
+        """Stands for the lazy module arviz-base registers for an installed JAX: touching it imports JAX."""
+
+        def __getattr__(self, name):
+            raise AssertionError(f"jax.{name} was looked up: JAX would have been imported")
+
+    fake = _LazyModule("jax")
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    rng = np.random.default_rng(4)
+    khat = compat.psis_khat(rng.standard_t(2, size=2000))
+    ess = compat.ess_bulk(_ar1(0.5, 4, 300, rng))
+    assert sys.modules["jax"] is fake  # put back, never loaded
+    assert np.isfinite(khat) and khat > 0.3 and np.isfinite(ess)
