@@ -15,7 +15,9 @@ steps, with ``store_unconstrained=True, store_gradient=True``; then ``az.summary
 ``pymc_cv.summary`` (defaults, the sampler's stored gradients) on its draws, each timed in the same
 process.  The table gives per model the median and largest seconds over the seeds and their ratios to
 nutpie's sampling, the methods chosen, the median |CV error| / |MCMC error| of the mean and of the sd
-over rows and seeds, and the 2-se coverage of ``cv_mean`` and ``cv_sd``.
+over rows and seeds, the 2-se coverage of ``cv_mean`` and ``cv_sd``, and how sharp their se's are: per row,
+the median reported se over the seeds divided by the RMSE of the estimates against the exact value (1 is
+exact; 2 understates what the CV bought 4x in variance), the median over rows (use 20 seeds or more for it).
 
 Usage: python bench/one_parameter.py [DRAWS] [SEEDS]   (defaults 1000 and 5)
 Run it alone on the machine: timings next to other heavy jobs are not comparable.
@@ -196,6 +198,14 @@ def run(name, build, draws, seeds):
 
 def _pooled(result):
     ratios, sd_ratios, covered, sd_covered, methods = [], [], [], [], {}
+    sharp, sd_sharp = [], []
+    for lab, (mean, sd) in result["ref"].items():
+        tables = [r["table"].loc[lab] for r in result["runs"]]
+        if len(tables) > 1:
+            sharp.append(np.median([t["cv_mcse"] for t in tables])
+                         / np.sqrt(np.mean([(t["cv_mean"] - mean) ** 2 for t in tables])))
+            sd_sharp.append(np.median([t["cv_mcse_sd"] for t in tables])
+                            / np.sqrt(np.mean([(t["cv_sd"] - sd) ** 2 for t in tables])))
     for r in result["runs"]:
         table = r["table"]
         for lab, (mean, sd) in result["ref"].items():
@@ -206,7 +216,8 @@ def _pooled(result):
             methods[table.loc[lab, "method"]] = methods.get(table.loc[lab, "method"], 0) + 1
     return {"median": float(np.median(ratios)), "sd_median": float(np.median(sd_ratios)),
             "coverage": float(np.mean(covered)), "sd_coverage": float(np.mean(sd_covered)), "methods": methods,
-            "n": len(ratios)}
+            "n": len(ratios), "se_over_rmse": float(np.median(sharp)) if sharp else np.nan,
+            "sd_se_over_rmse": float(np.median(sd_sharp)) if sd_sharp else np.nan}
 
 
 def main():
@@ -219,8 +230,9 @@ def main():
           "the sampler's stored gradients; seconds: median (largest) over the seeds\n")
     print("| model | rows | maths - PyMC (sd) | nutpie compile s | nutpie sample s | az.summary s | summary s "
           "| summary / nutpie sample "
-          "| methods | median CV/MCMC error | 2-se coverage | median CV/MCMC sd error | sd 2-se coverage |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| methods | median CV/MCMC error | 2-se coverage | median CV/MCMC sd error | sd 2-se coverage "
+          "| se / RMSE | sd se / RMSE |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for res in results:
         runs, acc = res["runs"], _pooled(res)
         sample = np.array([r["sample"] for r in runs])
@@ -232,7 +244,8 @@ def main():
               f"| {np.median(sample):.2f} ({sample.max():.2f}) | {np.median(az_s):.2f} ({az_s.max():.2f}) "
               f"| {np.median(summ):.2f} ({summ.max():.2f}) | {np.median(ratio):.2f} ({ratio.max():.2f}) | {meth} "
               f"| {acc['median']:.3g} "
-              f"| {acc['coverage']:.0%} | {acc['sd_median']:.3g} | {acc['sd_coverage']:.0%} |")
+              f"| {acc['coverage']:.0%} | {acc['sd_median']:.3g} | {acc['sd_coverage']:.0%} "
+              f"| {acc['se_over_rmse']:.2f} | {acc['sd_se_over_rmse']:.2f} |")
     every = np.array([r["summary"] for res in results for r in res["runs"]])
     print(f"\nsummary seconds over all {every.size} runs: median {np.median(every):.2f}, largest {every.max():.2f}; "
           f"runs under 0.5 s: {np.mean(every < 0.5):.0%}")
