@@ -129,3 +129,38 @@ def test_pivoted_factor_gives_up_on_the_way_when_its_schedule_says_it_is_far_fro
     computed.clear()
     assert pivoted_factor(diag, columns, 1e-8, 480, rng, give_up=()) is None
     assert 480 <= sum(computed) < 480 + 64  # without a schedule: at the limit
+
+
+def test_pivoted_factor_past_its_schedule_goes_on_while_its_progress_gets_there_in_time():
+    from pymc_cv.core.low_rank import pivoted_factor
+
+    def factor(decades_per_column, m_max):
+        diag = 10.0 ** (-decades_per_column * np.arange(1000))  # a diagonal matrix: one column per entry
+        computed = []
+
+        def columns(idx):
+            computed.append(idx.size)
+            return np.diag(diag)[:, idx]
+
+        # the schedule alone gives up at the first block past half of m_max: still 1e-8 tolerances away
+        return pivoted_factor(diag, columns, 1e-8, m_max, np.random.default_rng(3), give_up=((1 / 2, 1.0),)), computed
+
+    # 2 decades per 100 columns: 8 decades take about 400 of the 600 allowed, so it goes on and finishes
+    fac, computed = factor(0.02, 600)
+    assert fac is not None and fac.max_residual <= 1e-8 and sum(computed) < 600
+    # 0.2 decades per 100 columns would take 4,000: given up at the schedule
+    fac, computed = factor(0.002, 600)
+    assert fac is None and 300 <= sum(computed) < 300 + 64
+
+
+def test_on_time_extrapolates_the_recent_fall_of_the_largest_residual():
+    from pymc_cv.core.low_rank import RECENT_COLUMNS, _on_time
+
+    log_tol = np.log(1e-8)
+    # from 1e2 at 2 decades per 100 columns: 1e-4.4 at 320 columns, the tolerance at about 500
+    fast = [(m, np.log(1e2) - 0.02 * m * np.log(10)) for m in range(0, 321, 64)]
+    assert _on_time(fast, log_tol, 600)
+    assert not _on_time(fast, log_tol, 400)  # by 400 columns (440 with the slack) it would not be done
+    slow = [(m, np.log(1e2) - 0.002 * m * np.log(10)) for m in range(0, 321, 64)]
+    assert not _on_time(slow, log_tol, 600)
+    assert not _on_time([(m, -m) for m in range(0, RECENT_COLUMNS, 64)], log_tol, 10 ** 6)  # too little history
