@@ -32,7 +32,7 @@ HALFWAY = ((1 / 2, 1e5),)
 # log scale, reaches the tolerance by ON_TIME x m_max.  Smooth kernels in few dimensions speed up on the
 # way, the others slow down.  GP regression, 20,000 draws: 1e5-9e5 tolerances away at 500 of 1,000
 # columns, falling 1.1-1.4 decades per 100 (on time by 865-1,043), done at 860 columns; given up there by
-# the schedule alone in 7 of 8 seeds of summary, which left its errors 2-3x larger on inducing points.
+# the schedule alone in 8 of 12 seeds of summary, which left its errors 2-3x larger on inducing points.
 # Eight schools and the logistic regression at 20,000 draws fall 0.4-0.9 decades per 100 there (on time
 # by 1,163 at the earliest) and end 3e5-2e7 tolerances away at 1,000 columns
 RECENT_COLUMNS = 256
