@@ -279,3 +279,35 @@ def test_compute_scores_follows_pymc_conventions_and_keeps_dims():
     frame = res.to_dataframe()
     assert frame.loc[j, "estimate"] == pytest.approx(table.loc["mu[b]", "cv_mean"])
     assert res.to_xarray()["se"].dims == ("integrand",)
+
+
+def test_repeated_metropolis_draws_are_evaluated_once_and_scored_exactly():
+    """Random-walk Metropolis repeats most draws: the density and gradient are evaluated once per
+    distinct draw, and every draw still gets its own exact score (conjugate normal, closed form)."""
+    from pymc_cv.pymc.scores import _cached_score_fn
+    from pymc_cv.pymc.tempering import loglik_terms
+
+    y = np.array([0.3, 1.1, 2.0, 0.7])
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 10)
+        pm.Normal("y", x, 1, observed=y)
+        idata = pm.sample(300, tune=100, chains=2, step=pm.Metropolis(), random_seed=2, progressbar=False,
+                          compute_convergence_checks=False)
+    draws = idata.posterior["x"].values.ravel()
+    distinct = np.unique(draws).size
+    assert distinct < 0.8 * draws.size  # the case: most draws repeat
+    fn = _cached_score_fn(model, {}, model.eval_rv_shapes())
+    calls = []
+    inner = fn._fn
+    fn._fn = lambda point: calls.append(1) or inner(point)
+    try:
+        out = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
+    finally:
+        fn._fn = inner
+    assert len(calls) == distinct
+    exact = np.sum(y) - y.size * draws - draws / 100
+    np.testing.assert_allclose(out.score["x"].values.ravel(), exact, rtol=1e-10, atol=1e-10)
+    loglik, g_lik, g_prior = loglik_terms(model)(draws)
+    np.testing.assert_allclose(loglik, stats.norm.logpdf(y[:, None], draws, 1).sum(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(g_lik[:, 0], np.sum(y) - y.size * draws, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(g_prior[:, 0], -draws / 100, rtol=1e-10, atol=1e-12)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
+from ..core.heldout import repeated_draws
 from ..idata_groups import (
     SCORE,
     UNCONSTRAINED,
@@ -166,11 +167,28 @@ class SamplerGradient:
         """(logp (m,), gradient (m, d)) at the draws ``X`` (m, d), the value variables raveled
         and concatenated in the model's order."""
         X = np.ascontiguousarray(X, dtype=self.dtype)
+        return at_distinct_draws(self._evaluate, [X])
+
+    def _evaluate(self, X):
         logp = np.empty(X.shape[0])
         grad = np.empty(X.shape)
         for i, x in enumerate(X):
             logp[i], grad[i] = self._fn(x)
         return logp, grad
+
+
+def at_distinct_draws(fn, draws):
+    """``fn(*draws)``, each draw evaluated once: ``draws`` are arrays (n, ...) and ``fn`` returns a
+    sequence of arrays (n, ...).  Samplers that reject proposals (random-walk Metropolis, slice,
+    DEMetropolis) repeat draws, most of them at Metropolis's usual acceptance rate of a quarter, and
+    a log density with its gradient is the costly part of an ODE model's scores."""
+    n = len(draws[0])
+    rows = np.concatenate([np.asarray(x, dtype=float).reshape(n, -1) for x in draws], axis=1)
+    rep = repeated_draws(rows) if n else None
+    if rep is None:
+        return fn(*draws)
+    _, unique, inverse, _ = rep
+    return [np.asarray(out)[inverse] for out in fn(*[np.asarray(x)[unique] for x in draws])]
 
 
 def _check_draws_match(post, model, shapes):

@@ -22,7 +22,7 @@ from ..compat import smc_imh_kernel, smc_reinitialisable
 from ..core.threads import one_blas_thread
 from ..evidence.rung_moments import RungArrays
 from ..progress import progress_bar
-from .scores import batch_input, batched, check_model, compute_scores, forward_transform_fn
+from .scores import at_distinct_draws, batch_input, batched, check_model, compute_scores, forward_transform_fn
 
 # PyMC and PyTensor load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
@@ -82,7 +82,8 @@ class TemperedSampler:
         if self._loglik_fn is None:  # compiled after every gradient graph was built (scan models)
             inputs = {v: batch_input(v) for v in values}
             self._loglik_fn = batched([inputs[v] for v in values], self._loglik, inputs, self._compile_kwargs)
-        return np.asarray(self._loglik_fn(*[np.stack([p[v.name] for p in points]) for v in values]), dtype=float)
+        draws = [np.stack([p[v.name] for p in points]) for v in values]
+        return np.asarray(at_distinct_draws(lambda *x: [self._loglik_fn(*x)], draws)[0], dtype=float)
 
     def sample(self, temperature, draws, tune, chains, random_seed, **kwargs):
         import pymc as pm
@@ -131,7 +132,7 @@ def loglik_terms(model, compile_kwargs=None):
         if not compiled:
             compiled.append(batched([inputs[v] for v in values], [loglik, *g_lik, *g_prior], inputs,
                                      dict(compile_kwargs or {})))
-        out = compiled[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        out = at_distinct_draws(compiled[0], [np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
         n = np.asarray(out[0]).shape[0]
         flat = [np.asarray(g, dtype=float).reshape(n, -1) for g in out[1:]]
         return np.asarray(out[0], dtype=float), np.concatenate(flat[:k], axis=1), np.concatenate(flat[k:], axis=1)
@@ -142,7 +143,7 @@ def loglik_terms(model, compile_kwargs=None):
         # without the gradients: a third of the cost on an ODE model, and the prior's draws need none
         if not loglik_only:
             loglik_only.append(batched([inputs[v] for v in values], [loglik], inputs, dict(compile_kwargs or {})))
-        out = loglik_only[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        out = at_distinct_draws(loglik_only[0], [np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
         return np.asarray(out[0], dtype=float)
 
     densities_only = []
@@ -152,7 +153,7 @@ def loglik_terms(model, compile_kwargs=None):
         if not densities_only:
             densities_only.append(batched([inputs[v] for v in values], [loglik, logprior], inputs,
                                           dict(compile_kwargs or {})))
-        out = densities_only[0](*[np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
+        out = at_distinct_draws(densities_only[0], [np.asarray(x, dtype=v.dtype) for x, v in zip(draws, values)])
         return np.asarray(out[0], dtype=float), np.asarray(out[1], dtype=float)
 
     terms.loglik = loglik_at
