@@ -1,5 +1,7 @@
 """Meta-CVs: the Stein network, its MAML gradients, and estimates against closed forms."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -125,6 +127,11 @@ def test_metacv_beats_mc_on_unseen_tasks_and_round_trips(tmp_path):
     mcv.save(path)
     again = pymc_cv.MetaCV.load(path)
     np.testing.assert_allclose(again.estimate(vals[:5], xs[:5], ss[:5]).estimate, res.estimate[:5], rtol=1e-10)
+    # pickled as for dask workers: without compiled functions, and estimating compiles no meta-training step
+    shipped = pickle.loads(pickle.dumps(mcv))
+    assert not hasattr(shipped, "_train_step")
+    np.testing.assert_allclose(shipped.estimate(vals[:5], xs[:5], ss[:5]).estimate, res.estimate[:5], rtol=1e-10)
+    assert shipped._train_step is None
 
 
 def test_metacv_refuses_bad_input():

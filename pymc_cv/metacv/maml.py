@@ -58,13 +58,14 @@ def _inner(theta, support, net, inner):
     return theta_b, c_b
 
 
-def build_functions(net, inner, learning_rate, theta0, compile_kwargs=None):
+def build_functions(net, inner, learning_rate, theta0, compile_kwargs=None, training=True):
     """Compile (train_step, adapt_and_apply) around a shared parameter vector, for the
     :class:`Network` ``net`` adapted by the :class:`InnerLoop` ``inner``, meta-trained by Adam.
 
     train_step(XS, SS, FS, XQ, SQ, FQ) -> mean query loss, and updates the shared parameters;
     arrays (B, K, d) / (B, K).  adapt_and_apply(XS, SS, FS, XQ, SQ) -> the adapted Stein term at
-    the query draws (B, K_Q) (no intercept: the estimator does not need it).
+    the query draws (B, K_Q) (no intercept: the estimator does not need it).  Without ``training``
+    train_step is None: estimation alone needs no meta-gradient, the costliest graph to compile.
     """
     import pytensor
     import pytensor.tensor as pt
@@ -77,9 +78,11 @@ def build_functions(net, inner, learning_rate, theta0, compile_kwargs=None):
     theta_b, c_b = _inner(theta, (XS, SS, FS), net, inner)
     resid_q = FQ - c_b[:, None] - stein_term(theta_b, XQ, SQ, *net)
     meta_loss = pt.mean(resid_q**2)
-    updates = adam(meta_loss, [theta], learning_rate=learning_rate)
     kw = dict(compile_kwargs or {})
-    train_step = pytensor.function([XS, SS, FS, XQ, SQ, FQ], meta_loss, updates=updates, **kw)
+    train_step = None
+    if training:
+        updates = adam(meta_loss, [theta], learning_rate=learning_rate)
+        train_step = pytensor.function([XS, SS, FS, XQ, SQ, FQ], meta_loss, updates=updates, **kw)
     adapted = stein_term(theta_b, XQ, SQ, *net)
     adapt_and_apply = pytensor.function([XS, SS, FS, XQ, SQ], adapted, **kw)
     return theta, train_step, adapt_and_apply

@@ -137,19 +137,28 @@ class MetaCV:
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden={self.hidden!r}; give at least one layer width, e.g. (64, 64).")
 
-    def _compile(self, theta):
+    def _compile(self, theta, training=True):
         start = time.perf_counter()
         self._theta_shared, self._train_step, self._adapt = build_functions(
             Network(self.d_, self.hidden, self.activation), InnerLoop(self.inner_lr, int(self.inner_steps),
                                                                        self.first_order),
-            self.meta_lr, theta, self.compile_kwargs)
+            self.meta_lr, theta, self.compile_kwargs, training=training)
         return time.perf_counter() - start
 
     def _check_fitted(self):
         if not hasattr(self, "theta_"):
             raise ValueError("This MetaCV is not meta-trained yet: call .meta_fit(tasks) or MetaCV.load(path).")
         if not hasattr(self, "_adapt"):
-            self._compile(self.theta_)
+            self._compile(self.theta_, training=False)
+
+    def __getstate__(self):
+        # compiled functions are rebuilt where they are used (``_check_fitted``): a dask worker only
+        # adapts, and unpickling the meta-training step recompiles its second-order graph, minutes per
+        # worker on a cold PyTensor cache
+        state = dict(self.__dict__)
+        for name in ("_theta_shared", "_train_step", "_adapt"):
+            state.pop(name, None)
+        return state
 
     def _standardise(self, X, S, f):
         return (X - self.x_loc_) / self.x_scale_, S * self.x_scale_, f / self.f_scale_
@@ -238,6 +247,7 @@ class MetaCV:
     def _stein_after_adaptation(self, fit, apply):
         """Stein term (div u + u . score) at the ``apply`` draws after adapting on ``fit`` draws,
         for a batch of tasks of equal sizes; in the units of f."""
+        self._check_fitted()  # compiles the adaptation where it is missing (unpickled on a worker)
         Zf, Sf, Ff = self._batch(fit)
         Za, Sa, _ = self._batch(apply)
         return np.asarray(self._adapt(Zf, Sf, Ff, Za, Sa)) * self.f_scale_
