@@ -45,7 +45,7 @@ results = {}
 for name, model in models.items():
     res = pymc_cv.thermodynamic_integration(model, rungs, draws=40, tune=300, chains=2, random_seed=1,
                                             progressbar=False, compile_kwargs={"mode": "NUMBA"})
-    cf = ti_from_arrays(res.temperatures, **res.draws, method="cf")
+    cf = ti_from_arrays(**res.draws, method="cf")
     results[name] = {"MC": (res.mc_log_evidence, res.mc_se), "CF": (cf.log_evidence, cf.se),
                      "vv-CV": (res.log_evidence, res.se), "exact": (exact[name], 0.0), "_res": res}
 pd.DataFrame({(name, k): {"log p(y)": v[0], "se": v[1], "error": v[0] - exact[name]}

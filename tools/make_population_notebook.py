@@ -74,7 +74,7 @@ ax.set_xlabel("t^(1/5)"); ax.set_ylabel("E_t[log p(y|w)]"); ax.legend();"""),
 `refine=True` reweights each rung's draws onto temperatures in between where neighbouring rungs overlap
 little (ZVCV's Expand_Temperatures); no new sampling.  The quadrature error estimate shrinks; the sampling
 error stays."""),
-    code("""fine = ti_from_arrays(pop.temperatures, **pop.draws, method="mc", refine=True)
+    code("""fine = ti_from_arrays(**pop.draws, method="mc", refine=True)
 pd.DataFrame({
     "log p(y)": [nuts.log_evidence, pop.log_evidence, fine.log_evidence, exact],
     "se": [nuts.se, pop.se, fine.se, 0.0],

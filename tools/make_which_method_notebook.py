@@ -33,7 +33,7 @@ idata = pymc_cv.compute_scores(idata, model)
 truth = {"mu": m, "mu_sq": m**2 + s2, "sin_mu": np.sin(m) * np.exp(-s2 / 2)}"""),
 md("""Each method on the same 500 draws: absolute error and seconds.  ZV-1 is exact for `mu` (the score is
 linear in `mu`), ZV-2 also for `mu^2`; only the kernel methods help for `sin(mu)`."""),
-code("""X, S = pymc_cv.groups.stacked_draws_and_scores(idata)
+code("""X, S = pymc_cv.idata_groups.stacked_draws_and_scores(idata)
 n = X.shape[0] * X.shape[1]; X, S = X.reshape(n, -1), S.reshape(n, -1)
 chain = np.repeat([0, 1], n // 2)
 mu_draws = X[:, 0]
