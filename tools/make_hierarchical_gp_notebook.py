@@ -90,7 +90,7 @@ tasks = [(F[p, j], X[p], S[p]) for j, p in enumerate(picks)]
 train, test = np.arange(200)[::2], np.arange(200)[1::2]
 
 start = time.perf_counter()
-mcv = pymc_cv.MetaCV(hidden=(64, 64), meta_iterations=400 if FAST else 1500, random_seed=0, progressbar=False)
+mcv = pymc_cv.MetaCV(hidden=(64, 64), meta_iterations=200 if FAST else 1500, random_seed=0, progressbar=False)
 mcv.meta_fit([tasks[j] for j in train])
 meta_s = time.perf_counter() - start
 start = time.perf_counter()
@@ -133,7 +133,7 @@ def predictive_mean(p):                               # posterior Dataset -> (ch
     return f.reshape(p.sizes["chain"], p.sizes["draw"], -1)
 
 tables = {m: pymc_cv.summary(idata, integrands={"pred": predictive_mean}, method=m, progressbar=False,
-                             **({"metacv": {"meta_iterations": 300}} if FAST and m == "metacv" else {}))
+                             **({"metacv": {"meta_iterations": 100}} if FAST and m == "metacv" else {}))
           for m in ("metacv", "auto")}
 pd.DataFrame({"MCMC mean": np.abs(tables["auto"]["mean"] - truth[sub]).mean(),
               **{f"cv_mean ({m})": np.abs(t["cv_mean"] - truth[sub]).mean() for m, t in tables.items()}},
