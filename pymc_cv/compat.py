@@ -27,7 +27,7 @@ import numpy as np
 __all__ = [
     "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
     "ess_mean", "ess_bulk", "rhats", "mcse_mean", "rhat", "bfmi", "psis_khat", "labeller", "var_iter", "from_cmdstanpy",
-    "pystan_posterior", "setup_step",
+    "pystan_posterior", "setup_step", "compile_kwargs_for_deep_graphs",
 ]
 
 
@@ -469,3 +469,21 @@ def smc_reinitialisable():
     from pymc.smc.kernels import SMC_KERNEL
 
     return hasattr(SMC_KERNEL, "initialize")
+
+
+# PyTensor 3's rewrite that drops the transpose of a symmetric matrix asks its assumption system, per
+# transpose, whether the input is symmetric; on the Meta-CV's training graph (a gradient through an
+# inner gradient) those queries took 15 of the 38 s the compilation took, and none of its transposes is
+# of a symmetric matrix.  PyTensor 2 has no such rewrite, and excluding an absent one does nothing.
+_SLOW_REWRITES = ("useless_symmetric_transpose",)
+
+
+def compile_kwargs_for_deep_graphs(compile_kwargs):
+    """``compile_kwargs`` for ``pytensor.function`` on a large gradient graph: the default mode without
+    the rewrites in ``_SLOW_REWRITES`` unless the caller chose a mode (then it is used as given)."""
+    kwargs = dict(compile_kwargs or {})
+    if "mode" not in kwargs:
+        from pytensor.compile.mode import get_default_mode
+
+        kwargs["mode"] = get_default_mode().excluding(*_SLOW_REWRITES)
+    return kwargs

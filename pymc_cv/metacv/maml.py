@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..compat import compile_kwargs_for_deep_graphs
 from .network import stein_term
 
 # PyTensor and PyMC load inside the functions that use them: `import pymc_cv` stays cheap without them.
@@ -78,7 +79,7 @@ def build_functions(net, inner, learning_rate, theta0, compile_kwargs=None, trai
     theta_b, c_b = _inner(theta, (XS, SS, FS), net, inner)
     resid_q = FQ - c_b[:, None] - stein_term(theta_b, XQ, SQ, *net)
     meta_loss = pt.mean(resid_q**2)
-    kw = dict(compile_kwargs or {})
+    kw = compile_kwargs_for_deep_graphs(compile_kwargs)
     train_step = None
     if training:
         updates = adam(meta_loss, [theta], learning_rate=learning_rate)
