@@ -17,7 +17,7 @@ models with one unknown parameter each, the same log-normal prior on it:
 The log evidence log p(y) of each comes from thermodynamic integration over power posteriors
 p(y|x)^t p(x), with plain averages (MC), control functionals per rung (CF) and vv-CVs across neighbouring
 rungs, all on the same NUTS draws; one-dimensional quadrature gives the exact answer to compare with.
-`PYMC_CV_NB_FAST=1` (the test suite sets it) uses 11 rungs instead of 21 and 150 tuning steps instead of 300."""),
+`PYMC_CV_NB_FAST=1` (the test suite sets it) uses 11 rungs instead of 21 and 100 tuning steps instead of 300."""),
     code("""import os, sys, warnings
 import numpy as np, pandas as pd, matplotlib.pyplot as plt
 import pymc_cv
@@ -43,7 +43,7 @@ exact = {"van der Pol": vdp.log_evidence_quadrature(y)[0],
          "damped linear": vdp.log_evidence_quadrature(y, lambda x: vdp.rk4_numpy(x, "linear"))[0]}
 results = {}
 for name, model in models.items():
-    res = pymc_cv.thermodynamic_integration(model, rungs, draws=40, tune=150 if FAST else 300, chains=2, random_seed=1,
+    res = pymc_cv.thermodynamic_integration(model, rungs, draws=40, tune=100 if FAST else 300, chains=2, random_seed=1,
                                             progressbar=False, compile_kwargs={"mode": "NUMBA"})
     cf = ti_from_arrays(**res.draws, method="cf")
     results[name] = {"MC": (res.mc_log_evidence, res.mc_se), "CF": (cf.log_evidence, cf.se),
