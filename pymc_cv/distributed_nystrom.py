@@ -1,9 +1,9 @@
 """The inducing-point kernel CV with its features as a dask array chunked over draws.
 
 The same fit as :func:`nystrom.fit_nystrom_heldout`, for draws too many for one machine's memory:
-the N x (p + M) features F = [P, K_NM] live on a dask.distributed cluster's workers, in chunks of
+the N x (p + r) features F = [P, Phi] (``nystrom``'s basis) live on a dask.distributed cluster's workers, in chunks of
 whole held-out blocks.  Only small things come back: F'F and F'Y (sums over chunks) to solve the
-(p + M) system here, then per chunk the held-out residuals, which the closed form of ``heldout``
+(p + r) system here, then per chunk the held-out residuals, which the closed form of ``heldout``
 gives from the chunk's own rows of F (a held-out block never spans two chunks).  dask is imported
 only here.
 """
@@ -15,8 +15,8 @@ from scipy import linalg
 
 from .core.heldout import heldout_blocks, jackknife_bias, split_parts
 from .core.kernel_cv import ExactHeldout, kernel_predictor, stein_gram
-from .core.linalg import cholesky_jitter
-from .core.nystrom import chunk_heldout, coefficient_se, design_for, normal_fit_on
+from .core.linalg import cholesky_jitter, lower_solve
+from .core.nystrom import chunk_heldout, coefficient_se, design_for, inducing_basis, normal_fit_on
 
 # dask.array loads inside the functions that use it: `import pymc_cv` stays cheap without it.
 
@@ -40,8 +40,10 @@ def _chunks(labels, rows):
     return perm, tuple(sizes)
 
 
-def _features(Xc, Sc, tc, Pc, kernel, B, Z, SZ, tz):
-    return np.concatenate([Pc, stein_gram(kernel, B, Xc, Sc, tc[:, 0], Z, SZ, tz)], axis=1)
+def _features(Xc, Sc, tc, Pc, kernel, B, Z, SZ, tz, L):
+    """[P, K_NS L^-T] for a chunk of draws, Z the inducing draws the basis kept."""
+    K = stein_gram(kernel, B, Xc, Sc, tc[:, 0], Z, SZ, tz)
+    return np.concatenate([Pc, lower_solve(L, K.T).T], axis=1)
 
 
 def _chunk_heldout(Fc, Yc, labc, L, theta, a0):
@@ -55,7 +57,7 @@ def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_f
     """:func:`nystrom.fit_nystrom_heldout` with F on the workers of ``client``.
 
     The same fit; only the order of the sums in F'F differs, which the conditioning of the
-    (p + M) system (a small nugget) can amplify to about 1e-6 relative in the coefficients: far
+    (p + r) system (a small nugget) can amplify to about 1e-6 relative in the coefficients: far
     below their standard errors.
 
     Examples
@@ -86,8 +88,10 @@ def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_f
     Z, SZ, tz = X[inducing], S[inducing], tau[inducing]
     Kmm = stein_gram(kernel, B, Z, SZ, tz, Z, SZ, tz)
     Kmm = 0.5 * (Kmm + Kmm.T)
-    M = Kmm.shape[0]
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tz]))
+    basis = inducing_basis(Kmm)
+    kept = basis.kept
+    r = kept.size
     N, k = Y.shape
     perm, sizes = _chunks(labels, rows)
     inverse = np.empty_like(perm)
@@ -104,27 +108,28 @@ def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_f
     out = []
     for order in orders:
         P, p = design_for(X, S, tau, T, order)
-        F = da.map_blocks(_features, dX, dS, dtau, chunked(P), kernel=kernel, B=B, Z=Z, SZ=SZ, tz=tz,
-                          dtype=float, chunks=(sizes, p + M))
+        F = da.map_blocks(_features, dX, dS, dtau, chunked(P), kernel=kernel, B=B, Z=Z[kept], SZ=SZ[kept],
+                          tz=tz[kept], L=basis.L, dtype=float, chunks=(sizes, p + r))
         F = client.persist(F)  # the features stay on the workers for both passes
         # F'F and F'Y per quarter of the draws (their sums are the full ones), for the fits without
         # one of them (``heldout.jackknife_bias``)
         sums = client.compute([x for dq in dquarters for x in ((F * dq).T @ F, (F * dq).T @ dY)], sync=True)
         parts = list(zip(sums[::2], sums[1::2]))
-        penalty = np.zeros((p + M, p + M))
-        penalty[p:, p:] = nug * Kmm
+        penalty = np.zeros((p + r, p + r))
+        penalty[p:, p:] = nug * np.eye(r)
         L, _ = cholesky_jitter(sum(a for a, _ in parts) + penalty)
         theta = linalg.cho_solve((L, True), sum(b for _, b in parts), check_finite=False)
         fit_on = normal_fit_on(quarters, parts, penalty, T)
         bias = jackknife_bias(lambda m: fit_on(~m), labels, theta[:T])
-        a0 = linalg.cho_solve((L, True), np.eye(p + M)[:, 0], check_finite=False)
+        a0 = linalg.cho_solve((L, True), np.eye(p + r)[:, 0], check_finite=False)
         packed = da.map_blocks(_chunk_heldout, F, dY, dlab, L=L, theta=theta, a0=a0, dtype=float,
                                chunks=(sizes, 3 * k + 1))
         packed = client.compute(packed, sync=True)[inverse]
         client.cancel(F)
         resid, z, influence, e = packed[:, :k], packed[:, k:2 * k], packed[:, 2 * k], packed[:, 2 * k + 1:]
         beta = theta[:p]
-        out.append(ExactHeldout(order, beta, coefficient_se(L, p, e, theta[p:], Kmm, nug), resid, z, influence,
-                                bias, kernel_predictor(kernel, B, Z, SZ, tz, T, order, theta[p:], beta)
+        w = theta[p:]
+        out.append(ExactHeldout(order, beta, coefficient_se(L, p, e, w, nug), resid, z, influence, bias,
+                                kernel_predictor(kernel, B, Z, SZ, tz, T, order, basis.coefficients(w, len(Z)), beta)
                                 if keep_fit else None))
     return out

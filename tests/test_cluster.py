@@ -200,4 +200,7 @@ def test_large_n_kernel_cv_with_its_features_on_the_workers(client, monkeypatch)
     vkw = dict(solver="inducing", n_inducing=150, chain=[chain[:750], chain[750:]], random_seed=1)
     here = pymc_cv.vvcv_estimate(fs, xs, [-x[:750], -(xs[1] - 0.5)], **vkw)
     there = pymc_cv.vvcv_estimate(fs, xs, [-x[:750], -(xs[1] - 0.5)], client=client, **vkw)
-    assert np.all(np.abs(there.estimate - here.estimate) < 1e-3 * here.se)
+    # the fit is exact to about 1e-7 here (se 9e-8 and 2e-7), so the sums' order, amplified by the
+    # conditioning of the basis, shows at about a hundredth of the se (1e-9)
+    assert np.all(np.abs(there.estimate - here.estimate) < 0.05 * here.se)
+    assert np.all(np.abs(here.estimate - [1.0, 1.25 + np.sin(0.5) * np.exp(-0.5)]) < 4 * here.se)

@@ -123,6 +123,24 @@ def test_nystrom_with_every_draw_inducing_is_the_exact_fit():
     assert design_matrix(x, s, tau, 1, 1).shape == (40, 3)
 
 
+def test_nystrom_with_every_draw_inducing_is_the_exact_fit_where_k_mm_is_singular_to_rounding():
+    """400 draws in two dimensions with a small nugget: K_MM's condition number is far beyond 1e8, so
+    normal equations in the basis of the kernel functions (their condition number squared) lost the
+    fit; in the basis orthonormal in the kernel's norm it is the exact fit."""
+    x, s = _draws(400, seed=3)
+    y = np.column_stack([np.sin(x[:, 0]) + x[:, 1] ** 2, np.cos(x[:, 0] * x[:, 1])])
+    kern = SquaredExponential(lengthscale=np.array([1.5, 1.5]))
+    tau, B = np.zeros(400, dtype=int), np.ones((1, 1))
+    labels = fold_labels(400, np.zeros(400, dtype=int), 4)
+    problem = HeldoutProblem(x, s, y, tau, 1, labels)
+    for order in (0, 1):
+        spec = KernelSpec(kern, B, 1e-7, [order])
+        ex = fit_exact_heldout(problem, spec)[0]
+        ny = fit_nystrom_heldout(problem, spec, np.arange(400))[0]
+        assert np.all(np.abs(ny.beta[0] - ex.beta[0]) < 0.01 * ex.beta_se[0])
+        assert np.mean(ny.resid ** 2) < 1.1 * np.mean(ex.resid ** 2)
+
+
 def test_few_dimensions_fit_on_a_low_rank_factor_that_is_the_exact_fit(monkeypatch):
     from pymc_cv.core import kernel_cv
 

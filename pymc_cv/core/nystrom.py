@@ -5,8 +5,12 @@ features P of the exact fit, minimising
 
     ||y - P beta - K_NM c||^2 + nugget * c' K_MM c,
 
-a penalised least-squares problem with features F = [P, K_NM]: normal matrix F'F + blockdiag(0,
-nugget K_MM) of size p + M.  Memory O(N M), time O(N M^2), for all integrands at once.  It is a
+a penalised least-squares problem.  It is solved in a basis orthonormal in the kernel's norm: a
+pivoted Cholesky factor L L' = K_SS of the inducing draws' Gram matrix keeps the r draws S whose
+kernel functions are not combinations of the others to rounding, and with features Phi = K_NS L^-T
+and c_S = L^-T w the penalty is nugget w'w.  The normal matrix F'F + blockdiag(0, nugget I) of
+F = [P, Phi] (size p + r) is then conditioned by the nugget, not by K_MM, whose condition number
+it would otherwise square.  Memory O(N M), time O(N M^2), for all integrands at once.  It is a
 linear smoother, so held-out residuals have the closed form of ``heldout`` with Q = I - H; the
 basis functions are kept fixed when a block is held out.  Under the equivalent Gaussian model
 (c ~ N(0, s2 / nugget K_MM^-1), noise s2) the intercepts have covariance s2 (F'F + Lambda)^-1.
@@ -20,16 +24,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
 
 from .external import cluster_nystrom
 from .heldout import jackknife_bias, projection_deletion_residuals, quarter_order, split_parts
 from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram, unpermuted
 from .linalg import cholesky_jitter, lower_solve
 
-__all__ = ["fit_nystrom_heldout", "choose_inducing", "normal_fit_on", "MAX_INDUCING"]
+__all__ = ["fit_nystrom_heldout", "choose_inducing", "inducing_basis", "InducingBasis", "normal_fit_on", "MAX_INDUCING"]
 
 # Work on N x M arrays goes a slab of draws at a time, each temporary about this size: fresh
 # arrays of hundreds of MB are page-faulted in on every call, and here that cost more than the
@@ -65,6 +71,43 @@ def cross_gram(kernel, B, X, S, tau, inducing, previous=None):
     return K
 
 
+# a pivot of K_MM's pivoted Cholesky factor below this share of its largest diagonal entry: the
+# remaining inducing draws' kernel functions are combinations of those kept, to rounding.  Kept,
+# they had made the normal matrix singular to rounding (eight schools, 4 x 1,000 draws, M = 500 and
+# 1,000: jitter needed, and a held-out error that rose with M)
+_BASIS_TOL = 1e-10
+
+
+class InducingBasis(NamedTuple):
+    """The inducing draws kept (``kept``, indices into the M given) and the lower Cholesky factor
+    ``L`` of their Gram matrix: the features K_N,kept L^-T are orthonormal in the kernel's norm."""
+
+    kept: np.ndarray
+    L: np.ndarray
+
+    def features(self, Knm):
+        """Phi = K_N,kept L^-T (N, r) from the cross Gram matrix of all M inducing draws (N, M)."""
+        return lower_solve(self.L, Knm[:, self.kept].T, overwrite_b=True).T  # the gather is a copy
+
+    def coefficients(self, w, m):
+        """The kernel coefficients c (m, k) over all m inducing draws of the basis weights w (r, k)."""
+        c = np.zeros((m,) + w.shape[1:])
+        c[self.kept] = linalg.solve_triangular(self.L, w, lower=True, trans="T", check_finite=False)
+        return c
+
+
+def inducing_basis(Kmm):
+    """The :class:`InducingBasis` of the symmetric Gram matrix ``Kmm`` (M, M) of the inducing draws."""
+    scale = float(np.max(np.diag(Kmm)))
+    if not np.all(np.isfinite(Kmm)) or not scale > 0:
+        raise ValueError("The inducing draws' kernel matrix is not finite and positive on its diagonal; check "
+                         "that samples and scores are finite, or pick another kernel.")
+    c, piv, rank, info = lapack.dpstrf(Kmm, tol=_BASIS_TOL * scale, lower=1)
+    if info < 0:
+        raise ValueError(f"LAPACK dpstrf failed (info={info}) on the inducing draws' kernel matrix.")
+    return InducingBasis(piv[:rank] - 1, np.tril(c[:rank, :rank]))
+
+
 def design_for(X, S, tau, T, order):
     """The intercept/polynomial design of ``order`` and its width, checked against the draws."""
     P = design_matrix(X, S, tau, T, order)
@@ -74,12 +117,12 @@ def design_for(X, S, tau, T, order):
     return P, p
 
 
-def coefficient_se(L, p, e, c, Kmm, nug):
-    """Model se (p, k) of the design coefficients under the equivalent Gaussian model (module docstring)."""
-    N, M = e.shape[0], Kmm.shape[0]
-    penalty = nug * np.einsum("mk,mk->k", c, Kmm @ c)
-    s2 = (np.einsum("nk,nk->k", e, e) + penalty) / max(N - p, 1)
-    Ainv_diag = np.sum(linalg.solve_triangular(L, np.eye(p + M)[:, :p], lower=True, check_finite=False) ** 2,
+def coefficient_se(L, p, e, w, nug):
+    """Model se (p, k) of the design coefficients under the equivalent Gaussian model (module
+    docstring), from the factor L of the normal matrix, the residuals e and the basis weights w."""
+    N, r = e.shape[0], w.shape[0]
+    s2 = (np.einsum("nk,nk->k", e, e) + nug * np.einsum("mk,mk->k", w, w)) / max(N - p, 1)
+    Ainv_diag = np.sum(linalg.solve_triangular(L, np.eye(p + r)[:, :p], lower=True, check_finite=False) ** 2,
                        axis=0)
     return np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
 
@@ -118,51 +161,54 @@ def _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm, rows=None):
     kernel, B, nugget, orders = spec
     Kmm = Knm[inducing]
     Kmm = 0.5 * (Kmm + Kmm.T)
-    M = Kmm.shape[0]
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tau[inducing]]))
+    basis = inducing_basis(Kmm)
+    Phi = basis.features(Knm)
+    r = Phi.shape[1]
     quarters = [_as_slice(q) for q in split_parts(labels, 4)]
     # F'F and F'Y as sums over quarters of the draws: the fits without one of them (same
-    # hyperparameters, ``heldout.jackknife_bias``) then cost no extra pass over K_NM
-    KtK = [Knm[q].T @ Knm[q] for q in quarters]  # shared by every design
-    KtY = [Knm[q].T @ Y[q] for q in quarters]
+    # hyperparameters, ``heldout.jackknife_bias``) then cost no extra pass over Phi
+    PtP = [Phi[q].T @ Phi[q] for q in quarters]  # shared by every design
+    PtY = [Phi[q].T @ Y[q] for q in quarters]
     out = []
     for order in orders:
         P, p = design_for(X, S, tau, T, order)
-        # normal matrices of F = [P, K_NM] per quarter without forming F (it would double the memory)
+        # normal matrices of F = [P, Phi] per quarter without forming F (it would double the memory)
         parts = []
-        for q, ktk, kty in zip(quarters, KtK, KtY):
-            Aq = np.empty((p + M, p + M))
+        for q, ptp, pty in zip(quarters, PtP, PtY):
+            Aq = np.empty((p + r, p + r))
             Aq[:p, :p] = P[q].T @ P[q]
-            Aq[:p, p:] = P[q].T @ Knm[q]
+            Aq[:p, p:] = P[q].T @ Phi[q]
             Aq[p:, :p] = Aq[:p, p:].T
-            Aq[p:, p:] = ktk
-            parts.append((Aq, np.concatenate([P[q].T @ Y[q], kty])))
-        penalty = np.zeros((p + M, p + M))
-        penalty[p:, p:] = nug * Kmm
+            Aq[p:, p:] = ptp
+            parts.append((Aq, np.concatenate([P[q].T @ Y[q], pty])))
+        penalty = np.zeros((p + r, p + r))
+        penalty[p:, p:] = nug * np.eye(r)
         A = sum(a for a, _ in parts) + penalty
         L, _ = cholesky_jitter(A)
         rhs = sum(b for _, b in parts)
         theta = linalg.cho_solve((L, True), rhs, check_finite=False)
-        beta, c = theta[:p], theta[p:]
+        beta, w = theta[:p], theta[p:]
         fit_on = normal_fit_on(quarters, parts, penalty, T)
         bias = jackknife_bias(lambda m: fit_on(~m), labels, theta[:T])
-        e = Y - P @ beta - Knm @ c
-        beta_se = coefficient_se(L, p, e, c, Kmm, nug)
+        e = Y - P @ beta - Phi @ w
+        beta_se = coefficient_se(L, p, e, w, nug)
 
-        a0 = linalg.cho_solve((L, True), np.eye(p + M)[:, 0], check_finite=False)
-        influence = P @ a0[:p] + Knm @ a0[p:]
+        a0 = linalg.cho_solve((L, True), np.eye(p + r)[:, 0], check_finite=False)
+        influence = P @ a0[:p] + Phi @ a0[p:]
         resid, z = np.full_like(e, np.nan), np.full_like(e, np.nan)
 
         def heldout(part, P=P, L=L, e=e, resid=resid, z=z):
             # one panel G = L^-1 F' for the draws of ``part``: slabs of whole blocks gathered by
             # index took 1.4x as long at N = 20,000, M = 1,000 (the gathers, and triangular
             # solves on fewer columns)
-            resid[part], z[part] = chunk_heldout(L, np.concatenate([P[part], Knm[part]], axis=1), e[part],
+            resid[part], z[part] = chunk_heldout(L, np.concatenate([P[part], Phi[part]], axis=1), e[part],
                                                  labels[part], overwrite=True)
 
         heldout(slice(None) if rows is None else rows)
-        fit = ExactHeldout(order, beta, beta_se, resid, z, influence, bias, kernel_predictor(
-            kernel, B, X[inducing], S[inducing], tau[inducing], T, order, c, beta) if keep_fit else None)
+        predictor = kernel_predictor(kernel, B, X[inducing], S[inducing], tau[inducing], T, order,
+                                     basis.coefficients(w, len(inducing)), beta) if keep_fit else None
+        fit = ExactHeldout(order, beta, beta_se, resid, z, influence, bias, predictor)
         out.append((fit, (lambda: None) if rows is None else functools.partial(heldout, slice(rows.stop, None))))
     return out
 
