@@ -77,7 +77,7 @@ code("""def task(rng, n=10):
     return (c * x[:, 0] ** 2 + b * x[:, 0], x, -x), c
 
 t0 = time.perf_counter()
-mcv = pymc_cv.MetaCV(hidden=(32, 32), meta_iterations=300 if FAST else 1500, progressbar=False).meta_fit(lambda r: task(r)[0])
+mcv = pymc_cv.MetaCV(hidden=(16,), meta_iterations=300 if FAST else 1500, progressbar=False).meta_fit(lambda r: task(r)[0])
 t_meta = time.perf_counter() - t0
 tests = [task(np.random.default_rng(1000 + i)) for i in range(100)]
 vals, xs, ss = ([t[0][k] for t in tests] for k in range(3)); c = np.array([t[1] for t in tests])
