@@ -77,8 +77,14 @@ def test_zero_variance_jackknife_bias_equals_least_squares_refits():
     np.testing.assert_allclose(cand.jackknife_bias, 3 * (without - cand.estimate), atol=1e-12)
 
 
-@pytest.mark.parametrize("method,n", [("zv2", 300), ("cf", 300), ("secf", 300), ("secf", 5000), ("auto", 300)])
-def test_fit_object_approximates_f_and_its_stein_part_has_mean_zero(method, n):
+@pytest.mark.parametrize("method,n,factor", [("zv2", 300, True), ("cf", 300, True), ("secf", 300, True),
+                                             ("secf", 5000, True), ("secf", 5000, False), ("auto", 300, True)])
+def test_fit_object_approximates_f_and_its_stein_part_has_mean_zero(method, n, factor, monkeypatch):
+    """``factor=False``: no low-rank factor (as in many dimensions), so 5,000 draws go on inducing points."""
+    from pymc_cv.core import kernel_cv
+
+    if not factor:
+        monkeypatch.setattr(kernel_cv, "_FACTOR_MIN_N", 10**9)
     rng = np.random.default_rng(3)
     mean, sd = np.array([1.0, -2.0]), np.array([0.5, 3.0])
     x = mean + sd * rng.normal(size=(n, 2))
@@ -90,6 +96,8 @@ def test_fit_object_approximates_f_and_its_stein_part_has_mean_zero(method, n):
     res = pymc_cv.cv_estimate(f(x), x, score, method=method, return_fit=True)
     new = mean + sd * rng.normal(size=(40_000, 2))
     fnew = f(new)
+    if not factor:
+        assert all(m.endswith("-nystrom") for m in res.method)
     for j, fit in enumerate(res.fits):
         assert fit.method == res.method[j] and fit.estimate == res.estimate[j]
         part = fit.zero_mean_part(new, -(new - mean) / sd**2)
@@ -97,7 +105,8 @@ def test_fit_object_approximates_f_and_its_stein_part_has_mean_zero(method, n):
         assert abs(part.mean()) < 4 * part.std() / np.sqrt(part.size)
         if res.method[j] != "mc":  # a CV that helped approximates f on draws it never saw
             g = fit.predict(new, -(new - mean) / sd**2)
-            assert np.sqrt(np.mean((fnew[:, j] - g) ** 2)) < 0.3 * fnew[:, j].std()
+            # 5,000 draws of a smooth f in two dimensions: within a fiftieth of its sd (0.002 here)
+            assert np.sqrt(np.mean((fnew[:, j] - g) ** 2)) < (0.02 if n == 5000 else 0.3) * fnew[:, j].std()
 
 
 def test_fits_are_kept_only_on_request_and_checked():
