@@ -49,15 +49,12 @@ PRIOR_SD = 0.25
 STEPS_PER_UNIT = int(round(1 / H))
 
 
-def _field(u, x, kind="van_der_pol"):
-    """The van der Pol field, or (kind="linear") a damped linear oscillator u'' + x u' + u = 0,
-    the competing model of the evidence notebook."""
-    if kind == "linear":
-        return np.array([u[1], -x * u[1] - u[0]])
+def _field(u, x):
+    """The van der Pol field."""
     return np.array([u[1], x * (1 - u[0] ** 2) * u[1] - u[0]])
 
 
-def rk4_numpy(x, kind="van_der_pol"):
+def rk4_numpy(x):
     """u1 at S_OBS by the same RK4 as the model, shape (11,) + np.shape(x) (x may be an array:
     one solve for all its values)."""
     x = np.asarray(x, dtype=float)
@@ -65,13 +62,24 @@ def rk4_numpy(x, kind="van_der_pol"):
     out = [u[0]]
     for _ in range(10):
         for _ in range(STEPS_PER_UNIT):
-            k1 = _field(u, x, kind)
-            k2 = _field(u + H / 2 * k1, x, kind)
-            k3 = _field(u + H / 2 * k2, x, kind)
-            k4 = _field(u + H * k3, x, kind)
+            k1 = _field(u, x)
+            k2 = _field(u + H / 2 * k1, x)
+            k3 = _field(u + H / 2 * k2, x)
+            k4 = _field(u + H * k3, x)
             u = u + H / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
         out.append(u[0])
     return np.array(out)
+
+
+def damped_linear(x):
+    """u1 at S_OBS of the damped linear oscillator u'' + x u' + u = 0 in closed form, shape (11,) +
+    np.shape(x): 2 e^(-x s / 2) sin(w s) / w with w = sqrt(1 - x^2 / 4), or sinh and sqrt(x^2 / 4 - 1)
+    past critical damping (x > 2)."""
+    x = np.asarray(x, dtype=float)
+    s = S_OBS.reshape((-1,) + (1,) * x.ndim)
+    w2 = 1 - x**2 / 4
+    w = np.sqrt(np.abs(w2))
+    return 2 * np.exp(-x * s / 2) * np.where(w2 > 0, np.sin(w * s), np.sinh(w * s)) / w
 
 
 def solve_exact(x):
@@ -145,23 +153,28 @@ def _scan(fn, **kwargs):
 
 
 def build_model(y, kind="van_der_pol"):
+    """The van der Pol model (RK4 in a scan), or (kind="linear") the damped linear oscillator, whose
+    solution is in closed form (:func:`damped_linear`)."""
     with pm.Model() as model:
         x = pm.LogNormal("x", 0.0, PRIOR_SD)
+        if kind == "linear":
+            s = pt.as_tensor(S_OBS)
+            w2 = 1 - x**2 / 4
+            w = pt.sqrt(pt.abs(w2))
+            u1 = 2 * pt.exp(-x * s / 2) * pt.switch(w2 > 0, pt.sin(w * s), pt.sinh(w * s)) / w
+        else:
+            def step(u, x):
+                def f(v):
+                    return pt.stack([v[1], x * (1 - v[0] ** 2) * v[1] - v[0]])
 
-        def step(u, x):
-            def f(v):
-                if kind == "linear":
-                    return pt.stack([v[1], -x * v[1] - v[0]])
-                return pt.stack([v[1], x * (1 - v[0] ** 2) * v[1] - v[0]])
+                k1 = f(u)
+                k2 = f(u + H / 2 * k1)
+                k3 = f(u + H / 2 * k2)
+                k4 = f(u + H * k3)
+                return u + H / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
-            k1 = f(u)
-            k2 = f(u + H / 2 * k1)
-            k3 = f(u + H / 2 * k2)
-            k4 = f(u + H * k3)
-            return u + H / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-
-        traj = _scan(step, outputs_info=[pt.as_tensor(U0)], non_sequences=[x], n_steps=10 * STEPS_PER_UNIT)
-        u1 = pt.concatenate([pt.as_tensor(U0[:1]), traj[STEPS_PER_UNIT - 1 :: STEPS_PER_UNIT, 0]])
+            traj = _scan(step, outputs_info=[pt.as_tensor(U0)], non_sequences=[x], n_steps=10 * STEPS_PER_UNIT)
+            u1 = pt.concatenate([pt.as_tensor(U0[:1]), traj[STEPS_PER_UNIT - 1 :: STEPS_PER_UNIT, 0]])
         pm.Normal("y", u1, NOISE, observed=y)
     return model
 
