@@ -16,7 +16,7 @@ from scipy import linalg
 from .core.heldout import heldout_blocks, jackknife_bias, split_parts
 from .core.kernel_cv import ExactHeldout, kernel_predictor, stein_gram
 from .core.linalg import cholesky_jitter, lower_solve
-from .core.nystrom import chunk_heldout, coefficient_se, design_for, inducing_basis, normal_fit_on
+from .core.nystrom import chunk_heldout, coefficient_se, design_for, inducing_basis, isolated_by_mass, normal_fit_on
 
 # dask.array loads inside the functions that use it: `import pymc_cv` stays cheap without it.
 
@@ -44,6 +44,14 @@ def _features(Xc, Sc, tc, Pc, kernel, B, Z, SZ, tz, L):
     """[P, K_NS L^-T] for a chunk of draws, Z the inducing draws the basis kept."""
     K = stein_gram(kernel, B, Xc, Sc, tc[:, 0], Z, SZ, tz)
     return np.concatenate([Pc, lower_solve(L, K.T).T], axis=1)
+
+
+def _masses(Xc, Sc, tc, labc, kernel, B, Z, SZ, tz, zlab):
+    """Each inducing kernel function's squared mass on the chunk's draws, and on those of its own
+    held-out block there (1, 2 M): ``nystrom.isolated_by_mass`` adds them up over chunks."""
+    K2 = stein_gram(kernel, B, Xc, Sc, tc[:, 0], Z, SZ, tz) ** 2
+    own = np.einsum("nm,nm->m", K2, labc[:, :1] == zlab[None, :])
+    return np.concatenate([K2.sum(axis=0), own])[None, :]
 
 
 def _chunk_heldout(Fc, Yc, labc, L, theta, a0):
@@ -89,9 +97,6 @@ def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_f
     Kmm = stein_gram(kernel, B, Z, SZ, tz, Z, SZ, tz)
     Kmm = 0.5 * (Kmm + Kmm.T)
     nug = nugget * float(np.mean(np.diag(Kmm) / np.diag(B)[tz]))
-    basis = inducing_basis(Kmm)
-    kept = basis.kept
-    r = kept.size
     N, k = Y.shape
     perm, sizes = _chunks(labels, rows)
     inverse = np.empty_like(perm)
@@ -103,6 +108,13 @@ def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_f
         return da.from_array(a, chunks=(sizes, a.shape[1]))
 
     dX, dS, dtau, dY, dlab = (chunked(a) for a in (X, S, tau, Y, labels))
+    M = len(inducing)
+    masses = da.map_blocks(_masses, dX, dS, dtau, dlab, kernel=kernel, B=B, Z=Z, SZ=SZ, tz=tz, zlab=labels[inducing],
+                           dtype=float, chunks=((1,) * len(sizes), (2 * M,)))
+    masses = client.compute(masses.sum(axis=0), sync=True)
+    basis = inducing_basis(Kmm, ~isolated_by_mass(masses[M:], masses[:M], nug * np.diag(Kmm)))
+    kept = basis.kept
+    r = kept.size
     quarters = split_parts(labels, 4)
     dquarters = [chunked(q.astype(float)) for q in quarters]
     out = []

@@ -141,6 +141,31 @@ def test_nystrom_with_every_draw_inducing_is_the_exact_fit_where_k_mm_is_singula
         assert np.mean(ny.resid ** 2) < 1.1 * np.mean(ex.resid ** 2)
 
 
+def test_inducing_draws_isolated_in_their_held_out_block_are_left_out_of_the_basis(monkeypatch):
+    """Five draws of an excursion far from the rest, all in one held-out block, two of them inducing:
+    held out with their block, their kernel functions are pinned by nothing but a tiny penalty."""
+    from pymc_cv.core import nystrom
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2000, 2))
+    x[700:705] = np.array([5.0, 5.0]) + 0.05 * rng.normal(size=(5, 2))
+    y = (np.sin(x[:, 0]) + np.cos(x[:, 1]))[:, None]
+    labels = fold_labels(2000, np.repeat([0, 1, 2, 3], 500), 10)
+    problem = HeldoutProblem(x, -x, y, np.zeros(2000, dtype=int), 1, labels)
+    spec = KernelSpec(SquaredExponential(lengthscale=np.array([1.0, 1.0])), np.ones((1, 1)), 1e-8, [0])
+    inducing = np.r_[np.arange(0, 2000, 20), 702]
+    Knm = nystrom.cross_gram(spec.kernel, spec.B, x, -x, problem.tau, inducing)
+    penalty = spec.nugget * np.mean(np.diag(Knm[inducing])) * np.diag(Knm[inducing])
+    assert list(inducing[nystrom.isolated_inducing(Knm, inducing, labels, penalty)]) == [700, 702]
+    block = labels == labels[702]
+    kept = fit_nystrom_heldout(problem, spec, inducing)[0]
+    assert np.mean(kept.resid[block] ** 2) < np.var(y)
+    assert abs(kept.beta[0, 0] - np.exp(-0.5)) < 0.01
+    monkeypatch.setattr(nystrom, "_ISOLATION", np.inf)
+    with_them = fit_nystrom_heldout(problem, spec, inducing)[0]
+    assert np.mean(with_them.resid[block] ** 2) > 100 * np.mean(kept.resid[block] ** 2)
+
+
 def test_few_dimensions_fit_on_a_low_rank_factor_that_is_the_exact_fit(monkeypatch):
     from pymc_cv.core import kernel_cv
 
