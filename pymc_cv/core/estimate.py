@@ -165,9 +165,11 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
         tuned.append((KernelSpec(kernel, np.ones((1, 1)), nugget, [o]), tune_order))
     fitted = problem._replace(Y=Y[:, cols])
     factors = [_TRY] * len(tuned)
-    if len(tuned) == 2 and _SHARE_MIN_N <= n <= opts.exact_max_n:
-        # only a costly N x N fit is worth sharing: a low-rank factor's fit costs a fraction of it
-        factors[1] = low_rank_factor(fitted, _per_point(tuned[1][0], weights), opts.exact_max_n, rng)
+    if len(tuned) == 2 and n >= _SHARE_MIN_N:
+        # only a costly fit is worth sharing (the N x N one, or the inducing points' ladder above
+        # exact_max_n): a low-rank factor's fit costs a fraction of it
+        factors[1] = low_rank_factor(fitted, _per_point(tuned[1][0], weights), opts.exact_max_n, rng,
+                                     max_columns=MAX_INDUCING)
         if factors[1] is None and _one_kernel_suffices(tuned, X[idx], S[idx], Y[np.ix_(idx, tcols)], notes):
             tuned, factors = [(tuned[1][0]._replace(orders=orders), None)], [None]
     # where the two designs still take two fits, judged only where the tuning draws carry the SECF's own
