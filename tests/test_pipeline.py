@@ -121,3 +121,43 @@ def test_the_residual_khat_is_left_out_on_request_and_nothing_else_moves():
     for key in ("estimate", "se", "mc_se", "variance_reduction", "method", "se_reliable"):
         assert np.array_equal(getattr(full, key), getattr(lean, key)), key
     assert full.notes == lean.notes
+
+
+def test_the_residuals_ess_is_skipped_only_where_the_integrands_ess_is_n_and_nothing_reported_moves():
+    """Where an integrand's ESS is capped at n the held-out se is std(r) / sqrt(n) whatever the
+    residuals' ESS, so finalize does not compute it; elsewhere the residuals' ESS must be used."""
+    from chains import ar1_chain
+
+    from pymc_cv.core import finalize as fin
+    from pymc_cv.core.standard_errors import effective_sample_sizes
+
+    rng = np.random.default_rng(3)
+    chains, draws = 4, 300
+    chain = np.repeat(np.arange(chains), draws)
+    ar = lambda rho: np.concatenate([ar1_chain(rng, draws, rho) for _ in range(chains)])  # noqa: E731
+    # integrands 0, 1 antithetic (ESS > n, capped); 2, 3 slow (ESS < n); residuals of either kind
+    Y = np.column_stack([ar(-0.5), ar(-0.5), ar(0.6), ar(0.6)])
+    resid = 0.3 * np.column_stack([ar(0.5), ar(-0.5), ar(-0.5), ar(0.5)])
+    mc_ess = effective_sample_sizes(Y, chain)
+    assert list(mc_ess == chain.size) == [True, True, False, False]
+    asked = []
+
+    def counting(X, c=None):
+        asked.append(X.shape[1])
+        return effective_sample_sizes(X, c)
+
+    cand = Candidate("fit", Y.mean(0) + 0.01, resid - resid.mean(0), resid - resid.mean(0))
+    orig = fin.effective_sample_sizes
+    fin.effective_sample_sizes = counting
+    try:
+        res = fin.finalize(Y, chain, [cand])
+    finally:
+        fin.effective_sample_sizes = orig
+    assert asked == [4, 2]  # the integrands' ESS, then the residuals' of the two uncapped integrands
+    r = resid - resid.mean(0)
+    full = effective_sample_sizes(r, chain)
+    mcse = Y.std(0, ddof=1) / np.sqrt(mc_ess)
+    se_held = np.minimum(r.std(0, ddof=1) / np.sqrt(full), mcse * r.std(0) / Y.std(0))
+    np.testing.assert_allclose(res.variance_reduction, (mcse / se_held) ** 2, rtol=1e-12)
+    # the residuals' own ESS decides the slow integrands: the one with antithetic residuals gains by it
+    assert full[2] > mc_ess[2] and se_held[2] < mcse[2] * r[:, 2].std() / Y[:, 2].std()

@@ -108,16 +108,24 @@ class Candidate:
         m = terms.sum() / size.sum()
         return float(np.sqrt(K / (K - 1) * np.sum((terms - size * m) ** 2)) / size.sum())
 
-    def heldout_se(self, i, chain):
+    def heldout_se(self, i, chain, capped=None):
         """se of the mean of held-out residuals i at their own ESS.  Where every column shares
         ``chain``, the ESS of all columns comes from one ArviZ call (once per call it was a third of
-        a small summary's time)."""
+        a small summary's time).  ``capped`` (k,), by integrand: where True, the residuals' ESS is
+        taken as n without computing it (see ``finalize``)."""
         r = self.resid[i] if isinstance(self.resid, list) else self.resid[:, i]
         if isinstance(self.resid, list) or self.resid_chain is not None or r.size < 2:
             return mcse_mean(r - r.mean(), chain if self.resid_chain is None else self.resid_chain[i])
         cached = getattr(self, "_ess", None)
-        if cached is None or cached[0] is not chain:
-            cached = self._ess = (chain, effective_sample_sizes(self.resid, chain))
+        key = None if capped is None else np.asarray(capped, bool).tobytes()
+        if cached is None or cached[0] is not chain or cached[2] != key:
+            n, k = self.resid.shape
+            ess = np.full(k, float(n))
+            todo = (np.ones(k, bool) if capped is None else
+                    ~np.asarray(capped if self.columns is None else capped[self.columns], bool))
+            if todo.any():
+                ess[todo] = effective_sample_sizes(self.resid[:, todo], chain)
+            cached = self._ess = (chain, ess, key)
         return float(np.std(r, ddof=1) / np.sqrt(cached[1][i]))
 
     def index_of(self, j):
@@ -166,11 +174,11 @@ class Reported(NamedTuple):
 _GAP_T = 1.5
 
 
-def _assess(cand, i, sd_y, c, mcse, floor):
+def _assess(cand, i, sd_y, c, mcse, floor, capped=None):
     """The se this candidate would report for integrand i, and its held-out variance reduction."""
     r = cand.resid[i] if isinstance(cand.resid, list) else cand.resid[:, i]
     rc = c if cand.resid_chain is None else cand.resid_chain[i]
-    se_held = cand.heldout_se(i, c)
+    se_held = cand.heldout_se(i, c, capped)
     if cand.resid_chain is None and c is not None:
         # residuals at the integrand's ESS as well: held-out residuals of block-deletion refits
         # carry each refit's offset, a slow component the jackknife terms below already count,
@@ -239,12 +247,16 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     notes = list(notes or [])
     mc_ess = (effective_sample_sizes(np.column_stack(cols), chain)
               if not isinstance(chain, list) and len({y.size for y in cols}) == 1 and cols[0].size >= 2 else None)
+    # where an integrand's ESS is n (capped), the held-out se is std(r) / sqrt(n) whatever the
+    # residuals' own ESS (also capped at n, and the smaller se of the two is taken in ``_assess``),
+    # so theirs is not computed: half of the varying intercepts' columns, 4 of 5 of eight schools'
+    capped = None if mc_ess is None else mc_ess >= cols[0].size
     lines = []
     rule = _Rule(choose, fallback, kind, method_label, khat)
     for j, (y, c) in enumerate(zip(cols, chains)):
         mc = float(np.mean(y))
         mcse = mcse_mean(y, c) if mc_ess is None else float(np.std(y, ddof=1) / np.sqrt(mc_ess[j]))
-        line, chosen = _report(j, y, c, (mc, mcse), candidates, rule, notes)
+        line, chosen = _report(j, y, c, (mc, mcse), candidates, rule, notes, capped)
         if standardizer is not None:
             with_fit = chosen is not None and chosen.cand.predictor is not None
             zero_mean = (column_predictor(chosen.cand.predictor, chosen.i) if with_fit
@@ -282,7 +294,7 @@ class _Rule(NamedTuple):
 _SE_OVER_MC = 2.0
 
 
-def _report(j, y, c, plain_mean, candidates, rule, notes):
+def _report(j, y, c, plain_mean, candidates, rule, notes, capped=None):
     """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's, ``plain_mean`` = (mean,
     mcse)) and the chosen :class:`Assessment` (None when MC is reported)."""
     mc, mcse = plain_mean
@@ -297,7 +309,7 @@ def _report(j, y, c, plain_mean, candidates, rule, notes):
         i = cand.index_of(j)
         if i is None or not np.isfinite(cand.estimate[i]):
             continue
-        tried.append(_assess(cand, i, sd_y, c, mcse, floor))
+        tried.append(_assess(cand, i, sd_y, c, mcse, floor, capped))
     if not tried:
         return plain._replace(resid=(y - mc) - np.mean(y - mc)), None
     # the smallest se as reported (model, held-out and jackknife parts), not the held-out
