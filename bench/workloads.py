@@ -11,7 +11,10 @@ the 3% and 97% bounds: summary with cv_interval=True (its seconds beside the def
 moved from the plain quantile (the others are the plain quantile: the CV did not beat it).
 With nutpie installed, a second table: each model sampled by nutpie (compilation timed apart) with
 its stored gradients, and summary on those draws against nutpie's sampling time, beside az.summary's
-own seconds on the same draws over nutpie's (what any table with ArviZ's diagnostics costs at least).
+own seconds on the same draws over nutpie's (what any table with ArviZ's diagnostics costs at least),
+and what the CV is worth in sampling time: the median over the rows of (mcse_mean / cv_mcse)^2, how many
+times its draws nutpie would have to draw for the plain mean to reach the CV's se, nutpie's seconds for
+that many draws (its draw phase scaled; tuning not repeated) and summary's seconds over those.
 
 Usage: python bench/workloads.py [draws] [model ...]     (draws per chain, default 1000; 4 chains)
        REF_FACTOR=k: the long-run reference (stochastic volatility) has k x draws per chain (default 10)
@@ -41,6 +44,7 @@ try:
 except ImportError:
     _HAVE_NUTPIE = False
 
+_TUNE = 1000
 MODELS = ["eight_schools", "logistic_regression", "varying_intercepts", "gp_regression", "stochastic_volatility"]
 
 
@@ -76,12 +80,17 @@ def _accuracy(table, ref):
             sd_ratios.append(cv_sd_err / mc_sd_err)
     ess = (table["cv_ess"] / table["ess_bulk"]).to_numpy(dtype=float)
     ess = ess[np.isfinite(ess)]
+    # how many times the draws plain MCMC would need for the CV's se, row by row (its se as reported,
+    # which overstates the error where the CV is nearly exact, so this understates the factor)
+    draws_factor = (table["mcse_mean"] / table["cv_mcse"]).to_numpy(dtype=float) ** 2
+    draws_factor = draws_factor[np.isfinite(draws_factor)]
     return {
         "median": np.median(ratios) if ratios else np.nan, "worst": np.max(ratios) if ratios else np.nan,
         "told": told, "coverage": np.mean(covered),
         "sd_median": np.median(sd_ratios) if sd_ratios else np.nan, "sd_told": len(sd_ratios),
         "sd_coverage": np.mean(sd_covered) if sd_covered else np.nan,
         "cv_ess_ratio": float(np.median(ess)) if ess.size else np.nan,
+        "draws_factor": float(np.median(draws_factor)) if draws_factor.size else np.nan,
     }
 
 
@@ -135,7 +144,7 @@ def _with_nutpie(model, integrands, draws, ref):
     compiled = nutpie.compile_pymc_model(model)
     t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
-    idata = nutpie.sample(compiled, draws=draws, tune=1000, chains=4, seed=1, progress_bar=False,
+    idata = nutpie.sample(compiled, draws=draws, tune=_TUNE, chains=4, seed=1, progress_bar=False,
                           store_unconstrained=True, store_gradient=True)
     t_sample = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -145,8 +154,12 @@ def _with_nutpie(model, integrands, draws, ref):
     t0 = time.perf_counter()
     az.summary(idata)
     t_az = time.perf_counter() - t0
+    accuracy = _accuracy(table, ref)
+    # nutpie's seconds to draw that many times the draws (its tuning steps, as many as the draws
+    # at 1,000, are not repeated)
+    t_matched = t_sample * draws / (draws + _TUNE) * accuracy["draws_factor"]
     return {"compile": t_compile, "sample": t_sample, "summary": t_summary, "az": t_az,
-            "backend": table.attrs["score_backend"], **_accuracy(table, ref)}
+            "backend": table.attrs["score_backend"], "matched": t_matched, **accuracy}
 
 
 def run(name, draws):
@@ -251,14 +264,16 @@ def main():
           "on its draws with the sampler's stored gradients (nothing compiled by pymc-cv)\n")
     print("| model | nutpie compile s | nutpie sample s | summary s | summary / nutpie sample | az.summary / nutpie "
           "sample | median CV/MCMC error | worst | rows told | 2-se coverage | median CV/MCMC sd error "
-          "| sd 2-se coverage |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| sd 2-se coverage | median (mcse_mean / cv_mcse)^2 | nutpie s for that many draws "
+          "| summary / those s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         n = r["nutpie"]
         print(f"| {r['model']} | {n['compile']:.1f} | {n['sample']:.2f} | {n['summary']:.2f} "
               f"| {n['summary'] / n['sample']:.2f} | {n['az'] / n['sample']:.2f} | {n['median']:.3f} "
               f"| {n['worst']:.3f} | {n['told']} "
-              f"| {n['coverage']:.0%} | {n['sd_median']:.3g} | {n['sd_coverage']:.0%} |")
+              f"| {n['coverage']:.0%} | {n['sd_median']:.3g} | {n['sd_coverage']:.0%} "
+              f"| {n['draws_factor']:.3g} | {n['matched']:.3g} | {n['summary'] / n['matched']:.2g} |")
 
 
 if __name__ == "__main__":
