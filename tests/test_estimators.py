@@ -322,3 +322,24 @@ def test_zv_jackknife_fits_without_a_part_equal_least_squares_refits():
     Qm1, R1 = np.linalg.qr(D1)
     with pytest.raises(ValueError, match="rank"):
         _intercepts_without(Qm1, R1, Y)(np.arange(400) < 50)
+
+
+@pytest.mark.parametrize("order, cross", [(1, True), (2, False)])
+def test_a_zv_basis_fitted_from_a_wider_bases_qr_is_the_basis_fitted_alone(order, cross):
+    """ZV-1 and ZV-2 without cross terms lead the full order-2 design, so the leading columns of its QR
+    give them the same estimates, held-out residuals and jackknife bias as their own QR."""
+    from pymc_cv.core.zero_variance import least_squares_factor, zero_variance_candidate
+
+    x, s = gaussian_draws(600, 3, 11, np.linspace(-1, 1, 3), np.linspace(0.5, 2, 3))
+    Y = np.column_stack([np.sin(x[:, 0]) * x[:, 1], np.exp(0.3 * x[:, 2]), x[:, 0] * x[:, 1]])
+    chain = np.repeat(np.arange(2), 300)
+    wide = least_squares_factor(x, s, Y, 2, True)
+    assert wide.Q.shape[1] > 1 + (3 if order == 1 else 6)
+    alone = zero_variance_candidate(x, s, Y, order, None, chain, 4, cross=cross)
+    shared = zero_variance_candidate(x, s, Y, order, None, chain, 4, cross=cross, factor=wide)
+    for a, b in [(alone.estimate, shared.estimate), (alone.resid, shared.resid), (alone.z, shared.z),
+                 (alone.jackknife_bias, shared.jackknife_bias), (alone.influence, shared.influence)]:
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12 * np.max(np.abs(a)))
+    # the wider basis's own fit differs (x0 x1 is exact under order 2 with cross terms only)
+    full = zero_variance_candidate(x, s, Y, 2, None, chain, 4, factor=wide)
+    assert not np.allclose(full.resid[:, 2], alone.resid[:, 2])

@@ -36,7 +36,7 @@ from .standardize import Standardizer
 from .threads import single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .validation import check_columns, check_cv_options, check_kernel, check_random_seed, check_task
-from .zero_variance import basis_name, zero_variance_candidate
+from .zero_variance import basis_name, choose_penalty, least_squares_factor, zero_variance_candidate
 
 __all__ = ["cv_estimate", "METHODS"]
 
@@ -352,11 +352,12 @@ def _zv_candidates(bases, draws, live, opts, strict, notes):
     """One ZV-CV candidate per polynomial basis, fitted for every live integrand at once."""
     candidates = []
     rep = draws.repeats
+    factor = _shared_least_squares_factor(bases, draws, live, opts)
     for order, cross in bases:
         try:
             cand = zero_variance_candidate(draws.X, draws.S, draws.Y[:, live], order, opts.zv_penalty, draws.chain,
                                            opts.folds, opts.random_seed, first=None if rep is None else rep[0],
-                                           keep_fit=opts.return_fit, cross=cross)
+                                           keep_fit=opts.return_fit, cross=cross, factor=factor)
         except ValueError as err:
             if strict:
                 raise
@@ -365,6 +366,22 @@ def _zv_candidates(bases, draws, live, opts, strict, notes):
         cand.columns = live
         candidates.append(cand)
     return candidates
+
+
+def _shared_least_squares_factor(bases, draws, live, opts):
+    """The QR factor of the widest least-squares ZV basis, which every narrower basis's design leads
+    (varying intercepts, 4 x 5,000 draws: ZV-1's own QR took 0.14 s); None where no basis or only one
+    is fitted by least squares, or the widest cannot be."""
+    n, d = draws.X.shape
+    try:  # a basis that cannot be fitted says so in the loop over the bases, as without a shared factor
+        widths = [(n_polynomial_features(d, order, cross), order, cross) for order, cross in bases
+                  if choose_penalty(n, n_polynomial_features(d, order, cross), opts.zv_penalty) is None]
+        if len(widths) < 2:
+            return None
+        _, order, cross = max(widths)
+        return least_squares_factor(draws.X, draws.S, draws.Y[:, live], order, cross)
+    except (ValueError, np.linalg.LinAlgError):
+        return None
 
 
 def _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes):
