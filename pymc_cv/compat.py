@@ -17,8 +17,11 @@ import contextvars
 import functools
 import hashlib
 import inspect
+import os
 import sys
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -220,14 +223,76 @@ def _numpy_path():
         az.Numba.numba_flag = flag
 
 
+# ArviZ's diagnostics of rows of at least this many values (chains x draws) are spread over threads, and
+# only the rank-based ones and the MCSEs: 174 rows on 2 cores, ArviZ 0.x, one thread -> two: rank R-hat
+# 0.24 -> 0.22 s at 4 x 1,000 draws, 0.41 -> 0.34 at 4 x 2,000, 1.00 -> 0.57 at 4 x 5,000 (bulk ESS
+# alike); the mcse of the mean, sd and two quantiles 0.28 -> 0.45, 0.44 -> 0.43, 1.03 -> 0.58; the ESS of
+# the mean 0.085 -> 0.093 at 4 x 5,000 (its FFTs are quick, the threads contend for the GIL)
+_THREADED_MIN_VALUES = 8000
+_THREADED = {("rhat", "rank"), ("ess", "bulk")}
+
+
 def _computed_diagnostic(ary, name, **kwargs):
+    threaded = (name, kwargs.get("method")) in _THREADED
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
             with _array_stats() as stats:
-                return np.asarray(getattr(stats, name)(ary, **kwargs), dtype=float)
+                return _by_row_chunks(lambda a: np.asarray(getattr(stats, name)(a, **kwargs), dtype=float), ary,
+                                      threaded)
         with _numpy_path():
-            return _computed_diagnostic_0x(ary, name, **kwargs)
+            return _by_row_chunks(lambda a: _computed_diagnostic_0x(a, name, **kwargs), ary, threaded)
+
+
+# at most this many threads (measured on 2 cores; more contend for the GIL)
+_MAX_THREADS = 4
+
+
+def _usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _threads_for(row_size):
+    """Threads for ArviZ's diagnostics of rows of ``row_size`` values: one per usable core (at most
+    ``_MAX_THREADS``) for long rows; one off the main thread, where a dask worker or a user's own pool
+    already sets how many run at once."""
+    if row_size < _THREADED_MIN_VALUES or threading.current_thread() is not threading.main_thread():
+        return 1
+    return max(1, min(_MAX_THREADS, _usable_cores()))
+
+
+def _split_evenly(n, parts):
+    """``parts`` contiguous slices covering range(n), sizes differing by at most one, none empty."""
+    parts = max(1, min(parts, n))
+    edges = [round(i * n / parts) for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _map_in_threads(fn, parts):
+    """``[fn(p) for p in parts]``, one thread per part.  ArviZ's diagnostics loop over rows in Python,
+    and the numpy calls of each row (sorts, ranks, FFTs) release the GIL.  ``fn`` must leave
+    process-wide state (warnings filters, ArviZ's flags) alone: the caller sets it around the call."""
+    if len(parts) < 2:
+        return [fn(p) for p in parts]
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        return list(pool.map(fn, parts))
+
+
+def _by_row_chunks(fn, ary, threaded=True):
+    """``fn`` (a diagnostic over the last two axes) of ``ary``; with ``threaded``, its rows in one chunk
+    per thread where they are long enough to gain: the same numbers."""
+    if ary.ndim == 2:
+        return fn(ary)
+    lead = ary.shape[:-2]
+    flat = ary.reshape((-1,) + ary.shape[-2:])
+    parts = _split_evenly(flat.shape[0], _threads_for(ary.shape[-2] * ary.shape[-1]) if threaded else 1)
+    if len(parts) == 1:
+        return np.asarray(fn(ary), dtype=float)
+    out = _map_in_threads(lambda s: np.asarray(fn(flat[s]), dtype=float).reshape(-1), parts)
+    return np.concatenate(out).reshape(lead)
 
 
 def _computed_diagnostic_0x(ary, name, **kwargs):
@@ -258,17 +323,39 @@ def rhats(ary):
     return _diagnostic(ary, "rhat", method="rank")
 
 
-def _mcse(ary, method, **kwargs):
-    ary = np.asarray(ary, dtype=float)
+@contextlib.contextmanager
+def _mcse_function():
+    """ArviZ's MCSE of one (chain, draw) array, ``fn(ary, method=..., **kwargs) -> float``, with its
+    warnings silenced (and ArviZ 0.x on its numpy path) while the block runs."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if arviz_major() >= 1:
             with _array_stats() as stats:
-                return float(stats.mcse(ary, method=method, **kwargs))
+                yield lambda ary, **kw: float(stats.mcse(ary, **kw))
+            return
         import arviz as az
 
         with _numpy_path():
-            return float(np.ravel(az.mcse(ary, method=method, **kwargs))[0])
+            yield lambda ary, **kw: float(np.ravel(az.mcse(ary, **kw))[0])
+
+
+def _mcse(ary, method, **kwargs):
+    with _mcse_function() as mcse:
+        return mcse(np.asarray(ary, dtype=float), method=method, **kwargs)
+
+
+def mcse_rows(rows, probs):
+    """ArviZ's MCSE of the mean, the sd and each of the ``probs`` quantiles of every (chain, draw)
+    array in ``rows``: an array (len(rows), 2 + len(probs)), the rows spread over threads."""
+    rows = [np.asarray(r, dtype=float) for r in rows]
+    with _mcse_function() as mcse:
+        def chunk(s):
+            return [[mcse(a, method="mean"), mcse(a, method="sd")] + [mcse(a, method="quantile", prob=p) for p in probs]
+                    for a in rows[s]]
+
+        parts = _split_evenly(len(rows), _threads_for(max(r.size for r in rows))) if rows else []
+        out = _map_in_threads(chunk, parts)
+    return np.array([v for part in out for v in part], dtype=float).reshape(len(rows), 2 + len(probs))
 
 
 def mcse_mean(ary):

@@ -242,10 +242,38 @@ class _MoreFits(NamedTuple):
     residual_se: object = None
 
 
-def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94):
+class _PlainErrors(NamedTuple):
+    """ArviZ's mcse of a row's mean, sd and the two bounds of its equal-tailed interval."""
+
+    mean: float
+    sd: float
+    bounds: tuple
+
+
+def _plain_errors(vals, probs):
+    """A :class:`_PlainErrors` per array of ``vals`` ((chain, draw) or (draw,)), ArviZ's rows
+    spread over threads: nan with fewer than 4 draws per chain; for a constant row, nan for the
+    sd (as ArviZ) and 0 for the bounds."""
+    draws = [np.atleast_2d(v) for v in vals]
+    todo = [i for i, d in enumerate(draws) if d.shape[1] >= 4 and np.ptp(d) > 0]
+    computed = dict(zip(todo, compat.mcse_rows([draws[i] for i in todo], probs)))
+    out = []
+    for i, d in enumerate(draws):
+        if i in computed:
+            m, sd, *bounds = computed[i]
+            out.append(_PlainErrors(float(m), float(sd), tuple(float(b) for b in bounds)))
+            continue
+        enough, varying = d.shape[1] >= 4, np.ptp(d) > 0
+        out.append(_PlainErrors(compat.mcse_mean(d) if enough else np.nan, np.nan,
+                                tuple(0.0 if not varying else np.nan for _ in probs)))
+    return out
+
+
+def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94, errors=None):
     """One table row: the plain mean and ArviZ mcse of ``values`` (chain, draw) or (draw,), entry
     ``t`` of a CV result (also filed in ``results``), the sd and the equal-tailed ``ci_prob``
-    interval: by CVs from ``more`` (:class:`_MoreFits`), the plain ones without it."""
+    interval: by CVs from ``more`` (:class:`_MoreFits`), the plain ones without it.  ``errors``:
+    the row's :class:`_PlainErrors` where they were computed with other rows'."""
     if results is not None:
         results[label] = (res, t)
 
@@ -254,10 +282,10 @@ def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94):
 
     draws = np.atleast_2d(values)
     varying = np.ptp(draws) > 0
-    mcse_sd = compat.mcse_sd(draws) if draws.shape[1] >= 4 and varying else np.nan  # nan when constant, as ArviZ
     probs = ((1 - ci_prob) / 2, (1 + ci_prob) / 2)
-    mcse_q = [compat.mcse_quantile(draws, p) if draws.shape[1] >= 4 and varying else (0.0 if not varying else np.nan)
-              for p in probs]
+    if errors is None:
+        errors = _plain_errors([values], probs)[0]
+    mcse_sd, mcse_q = errors.sd, list(errors.bounds)
     if more is None or not varying:
         spread = plain_sd(values, mcse_sd)
         bounds = [plain_quantile(values, p, m) for p, m in zip(probs, mcse_q)]
@@ -267,16 +295,12 @@ def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94):
                   [cv_quantile(values, more.plan, i, more.column, fit, m, more.residual_se)
                    for i, (fit, m) in enumerate(zip(more.steps, mcse_q))])
     lo, hi = bounds
-    return _Row(label, float(np.mean(values)), _plain_mcse(draws), float(at(res.estimate)), float(at(res.se)),
+    return _Row(label, float(np.mean(values)), errors.mean, float(at(res.estimate)), float(at(res.se)),
                 float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)),
                 float(np.std(values, ddof=1)), float(mcse_sd), spread.sd, spread.se, spread.variance_reduction,
                 spread.method, float(np.quantile(values, probs[0])), float(np.quantile(values, probs[1])),
                 float(mcse_q[0]), float(mcse_q[1]), lo.value, hi.value, lo.se, hi.se,
                 notes=(f"sd: {spread.note}",) if spread.note else (), method_bounds=(lo.method, hi.method))
-
-
-def _plain_mcse(values):
-    return compat.mcse_mean(values) if values.shape[1] >= 4 else np.nan
 
 
 @compat.diagnosing_once
@@ -612,9 +636,10 @@ class _RowFitter:
         # to the plain sd where the row is unmixed
         res = cv_estimate(np.column_stack([Y, squares]), self.Xf, self.Sf, method=method, chain=self.chain,
                           tune_columns=np.arange(k), check_mixing=np.arange(k), residual_khat=False, **self.cv_opts)
+        errors = _plain_errors(vals, self.probs)
         if not self.cv_interval:
             return [_record(label, v, res, j, self.results, more=_MoreFits((res, k + j), centre[j]),
-                            ci_prob=self.ci_prob) for j, (label, v) in enumerate(zip(labels, vals))]
+                            ci_prob=self.ci_prob, errors=errors[j]) for j, (label, v) in enumerate(zip(labels, vals))]
         # the steps in a fit of their own: tuned with the smooth columns, they shortened the kernel's
         # length-scales and cost the sd of a Beta posterior 20x its accuracy
         steps, plan = smoothed_steps(Y, self.probs)
@@ -624,7 +649,7 @@ class _RowFitter:
         def residual_se(r):
             return mcse_mean(r, self.chain)
 
-        return [_record(label, v, res, j, self.results, ci_prob=self.ci_prob,
+        return [_record(label, v, res, j, self.results, ci_prob=self.ci_prob, errors=errors[j],
                         more=_MoreFits((res, k + j), centre[j], plan, [(res_steps, i * k + j) for i in range(2)],
                                        j, residual_se))
                 for j, (label, v) in enumerate(zip(labels, vals))]
@@ -636,8 +661,9 @@ class _RowFitter:
         squares, centre = centred_squares(np.column_stack(flat))
         res_sq = vvcv_estimate(list(squares.T), [self.Xf] * T, [self.Sf] * T, B=self.B, chain=[self.chain] * T,
                                **self.vv_opts)
-        return [_record(label, v, res, t, self.results, more=_MoreFits((res_sq, t), centre[t]), ci_prob=self.ci_prob)
-                for t, (label, v) in enumerate(zip(labels, vals))]
+        errors = _plain_errors(vals, self.probs)
+        return [_record(label, v, res, t, self.results, more=_MoreFits((res_sq, t), centre[t]), ci_prob=self.ci_prob,
+                        errors=errors[t]) for t, (label, v) in enumerate(zip(labels, vals))]
 
     def per_chain(self, label, values):
         n_chain, n_draw = self.X.shape[:2]

@@ -153,3 +153,50 @@ def test_diagnostics_leave_a_lazily_registered_jax_unimported(monkeypatch):
     ess = compat.ess_bulk(_ar1(0.5, 4, 300, rng))
     assert sys.modules["jax"] is fake  # put back, never loaded
     assert np.isfinite(khat) and khat > 0.3 and np.isfinite(ess)
+
+
+
+def test_diagnostics_spread_over_threads_give_the_numbers_of_one_thread(monkeypatch):
+    """Rank R-hat, bulk ESS and the MCSEs of long rows go to ArviZ in one chunk per thread: the same
+    numbers as one call, and the chunks really run on other threads."""
+    import threading
+
+    rng = np.random.default_rng(5)
+    draws = np.stack([_ar1(phi, 4, 2500, rng) for phi in (0.0, 0.3, 0.6, 0.9, 0.95)])  # (5, chain, draw)
+    probs = (0.03, 0.97)
+    monkeypatch.setattr(compat, "_usable_cores", lambda: 1)
+    one = (compat.rhats(draws), compat.ess_bulk(draws), compat.mcse_rows(list(draws), probs))
+    ran_on = set()
+    mapped = compat._map_in_threads
+
+    def recording(fn, parts):
+        return mapped(lambda p: ran_on.add(threading.get_ident()) or fn(p), parts)
+
+    monkeypatch.setattr(compat, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(compat, "_map_in_threads", recording)
+    spread = (compat.rhats(draws), compat.ess_bulk(draws), compat.mcse_rows(list(draws), probs))
+    assert len(ran_on) >= 2 and threading.get_ident() not in ran_on
+    for a, b in zip(one, spread):
+        np.testing.assert_array_equal(a, b)
+    # each row's mcse as ArviZ gives it alone: mean, sd, then the quantiles
+    for row, got in zip(draws, spread[2]):
+        want = [compat.mcse_mean(row), compat.mcse_sd(row)] + [compat.mcse_quantile(row, p) for p in probs]
+        np.testing.assert_array_equal(got, want)
+    # rows too short to gain, and the ESS of the mean, stay in this thread
+    ran_on.clear()
+    compat.rhats(draws[:, :, :1000])
+    compat.ess_mean(draws)
+    assert ran_on <= {threading.get_ident()}
+
+
+def test_diagnostics_stay_in_one_thread_off_the_main_thread(monkeypatch):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(compat, "_usable_cores", lambda: 2)
+    assert [(s.start, s.stop) for s in compat._split_evenly(11, 3)] == [(0, 4), (4, 7), (7, 11)]
+    assert compat._split_evenly(2, 4) == [slice(0, 1), slice(1, 2)]
+    assert compat._threads_for(20_000) == 2 and compat._threads_for(4_000) == 1
+    with ThreadPoolExecutor(1) as pool:  # a worker thread, as on a dask worker
+        assert pool.submit(compat._threads_for, 20_000).result() == 1
+    assert threading.current_thread() is threading.main_thread()
