@@ -148,3 +148,46 @@ def test_tuning_of_a_smooth_objective_is_plain_l_bfgs():
     x, value = _minimize_until_stalled(f, np.zeros(3), np.inf, bounds)
     np.testing.assert_array_equal(x, plain.x)
     assert value == plain.fun
+
+
+def test_cf_and_secf_tuned_side_by_side_give_the_numbers_of_tuning_in_turn(monkeypatch):
+    """The CF's and the SECF's REML tunings run on two threads, one BLAS thread each: the same
+    estimates, se and held-out residuals as one after the other, and really off the main thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pymc_cv
+    from pymc_cv.core import estimate, threads
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(1200, 2))
+    F = np.column_stack([np.sin(x[:, 0]) + x[:, 1] ** 2, np.cos(x[:, 0] * x[:, 1])])
+    truth = np.array([1.0, 1 / np.sqrt(2)])  # E sin = 0, E x^2 = 1; E cos(x y) = E exp(-y^2 / 2)
+
+    def run():
+        return pymc_cv.cv_estimate(F, x, -x, method="auto", random_seed=1)
+
+    monkeypatch.setattr(threads, "_usable_cores", lambda: 1)
+    in_turn = run()
+    tuned_on = []
+    tune = estimate._tune
+
+    def recording(*args):
+        tuned_on.append(threading.get_ident())
+        return tune(*args)
+
+    monkeypatch.setattr(threads, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(estimate, "_tune", recording)
+    side_by_side = run()
+    assert len(set(tuned_on)) == 2 and threading.get_ident() not in tuned_on
+    assert list(side_by_side.method) == list(in_turn.method)
+    for a, b in ((in_turn.estimate, side_by_side.estimate), (in_turn.se, side_by_side.se)):
+        np.testing.assert_array_equal(a, b)
+    assert np.all(np.abs(side_by_side.estimate - truth) < 3 * side_by_side.se + 1e-3)
+    # more draws than one BLAS thread suits, or off the main thread: in turn, in the calling thread
+    here = threading.get_ident()
+    assert threads.map_small(lambda _: threading.get_ident(), range(2), threads.SMALL + 1) == [here, here]
+    with ThreadPoolExecutor(1) as pool:
+        ident, ran = pool.submit(lambda: (threading.get_ident(),
+                                          threads.map_small(lambda _: threading.get_ident(), range(2), 400))).result()
+    assert ran == [ident, ident]

@@ -33,7 +33,7 @@ from .nystrom import MAX_INDUCING, choose_inducing
 from .polynomial import n_polynomial_features
 from .problem import HeldoutProblem, KernelSpec
 from .standardize import Standardizer
-from .threads import single_threaded_when_small
+from .threads import map_small, single_threaded_when_small
 from .tuning import subsample_per_task, tune_marginal_likelihood, tune_points
 from .validation import check_columns, check_cv_options, check_kernel, check_random_seed, check_task
 from .zero_variance import basis_name, choose_penalty, least_squares_factor, zero_variance_candidate
@@ -156,13 +156,17 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
     tcols = pool[np.unique(np.linspace(0, pool.size - 1, min(pool.size, _MAX_TUNE_COLUMNS)).astype(int))]
     # CF and SECF tuned each for itself: a kernel tuned with the polynomials left the CF several
     # times worse than tuned alone (the polynomials explain what the kernel must otherwise)
-    tuned = []
     # both designs start from the same kernel (its median heuristic is a sort of half a million distances)
     start = make_kernel(opts.kernel, d, X, ard=opts.ard if opts.ard != "auto" else d <= 20)
-    for o in orders:
+    Xt, St, Yt = X[idx], S[idx], Y[np.ix_(idx, tcols)]
+
+    def tune_design(o):
         tune_order = o if opts.poly_order != "auto" else min(o, _secf_order(n_tune, d, "auto"))
-        kernel, nugget = _tune(start, X[idx], S[idx], Y[np.ix_(idx, tcols)], tune_order, opts)
-        tuned.append((KernelSpec(kernel, np.ones((1, 1)), nugget, [o]), tune_order))
+        kernel, nugget = _tune(start, Xt, St, Yt, tune_order, opts)
+        return KernelSpec(kernel, np.ones((1, 1)), nugget, [o]), tune_order
+
+    # REML tuning runs on one BLAS thread however many draws are fitted: side by side the same numbers
+    tuned = map_small(tune_design, orders, n_tune) if opts.tune == "ml" else [tune_design(o) for o in orders]
     fitted = problem._replace(Y=Y[:, cols])
     factors = [_TRY] * len(tuned)
     if len(tuned) == 2 and n >= _SHARE_MIN_N:
