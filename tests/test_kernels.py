@@ -191,3 +191,29 @@ def test_cf_and_secf_tuned_side_by_side_give_the_numbers_of_tuning_in_turn(monke
         ident, ran = pool.submit(lambda: (threading.get_ident(),
                                           threads.map_small(lambda _: threading.get_ident(), range(2), 400))).result()
     assert ran == [ident, ident]
+
+
+def test_a_cf_fitted_alone_on_its_factor_looks_for_no_secf_factor(monkeypatch):
+    """Where the tuning draws keep the CF alone and its kernel matrix has a low-rank factor, the SECF's
+    factor is not looked for: one factor, the CF's, and the estimates of the exact mean within 3 se."""
+    import pymc_cv
+    from pymc_cv.core import estimate
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1200, 1))
+    F = np.column_stack([np.sin(x[:, 0]) + x[:, 0] ** 2, np.cos(x[:, 0])])
+    truth = np.array([1.0, np.exp(-0.5)])
+    looked_for = []
+    factor = estimate.low_rank_factor
+
+    def recording(problem, spec, *args, **kwargs):
+        looked_for.append(spec.orders[0])
+        return factor(problem, spec, *args, **kwargs)
+
+    monkeypatch.setattr(estimate, "low_rank_factor", recording)
+    monkeypatch.setattr(estimate, "_designs_worth_fitting", lambda tuned, *a: [tuned[0]])
+    res = pymc_cv.cv_estimate(F, x, -x, method="auto", random_seed=1)
+    assert looked_for == [0]
+    assert any("rank-" in note for note in res.notes)
+    assert set(res.method) <= {"cf", "zv1", "zv2", "mc"} and "cf" in set(res.method)
+    assert np.all(np.abs(res.estimate - truth) < 3 * res.se + 1e-3)

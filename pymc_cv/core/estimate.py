@@ -170,26 +170,49 @@ def _kernel_fits(names, problem, cols, opts, rng, notes, weights=None):
     fitted = problem._replace(Y=Y[:, cols])
     factors = [_TRY] * len(tuned)
     if len(tuned) == 2 and n >= _SHARE_MIN_N:
-        # only a costly fit is worth sharing (the N x N one, or the inducing points' ladder above
-        # exact_max_n): a low-rank factor's fit costs a fraction of it
-        factors[1] = low_rank_factor(fitted, _per_point(tuned[1][0], weights), opts.exact_max_n, rng,
-                                     max_columns=MAX_INDUCING)
-        if factors[1] is None and _one_kernel_suffices(tuned, X[idx], S[idx], Y[np.ix_(idx, tcols)], notes):
-            tuned, factors = [(tuned[1][0]._replace(orders=orders), None)], [None]
-    # where the two designs still take two fits, judged only where the tuning draws carry the SECF's own
-    # polynomials (d = 20, 4,000 draws: a quadratic SECF judged by a linear one on 400 draws lost, and
-    # doubled the error ratio when dropped).  Not in place of a shared kernel, which costs one fit already
-    # and where the tuning draws told less (eight schools, PyMC's draws: the CF, dropped, was chosen on 15
-    # of 18 rows, and the error ratio went 0.012 -> 0.021)
-    if len(tuned) == 2 and n >= _SHARE_MIN_N and tuned[1][1] == tuned[1][0].orders[0]:
-        kept = _designs_worth_fitting(tuned, X[idx], S[idx], Y[np.ix_(idx, cols)], notes)
-        if len(kept) == 1:
-            factors = [factors[0 if kept[0] is tuned[0] else 1]]
-            tuned = kept
+        tuning = (X[idx], S[idx], Y[np.ix_(idx, tcols)], Y[np.ix_(idx, cols)])
+        tuned, factors = _designs_and_factors(tuned, fitted, tuning, orders, opts, rng, notes, weights)
     out = []
     for (spec, _), factor in zip(tuned, factors):
         out += _fit_with(spec, fitted, cols, opts, rng, notes, weights, factor)
     return out
+
+
+def _designs_and_factors(tuned, fitted, tuning, orders, opts, rng, notes, weights):
+    """The designs of ``tuned`` (the CF's and the SECF's specs, each with the order it was tuned at)
+    worth a fit of all the draws, each with its kernel matrix's low-rank factor (None: none; ``_TRY``:
+    not looked for yet).  ``tuning``: the tuning draws X, S and their integrands, tuned and all."""
+    Xt, St, Yt_tuned, Yt = tuning
+    # where the two designs still take two fits, judged only where the tuning draws carry the SECF's own
+    # polynomials (d = 20, 4,000 draws: a quadratic SECF judged by a linear one on 400 draws lost, and
+    # doubled the error ratio when dropped)
+    judged = tuned[1][1] == tuned[1][0].orders[0]
+    design_notes = []
+    kept = _designs_worth_fitting(tuned, Xt, St, Yt, design_notes) if judged else tuned
+    if len(kept) == 1 and kept[0] is tuned[0]:
+        # the CF alone on its own factor: the SECF's factor is not looked for (posteriordb's mesquite and
+        # sblrc at 4,000 draws: 0.13 s and 0.06 s of a 0.5-0.9 s summary)
+        factor = low_rank_factor(fitted, _per_point(tuned[0][0], weights), opts.exact_max_n, rng,
+                                 max_columns=MAX_INDUCING)
+        if factor is not None:
+            notes += design_notes
+            return kept, [factor]
+        factors = [None, _TRY]
+    else:
+        factors = [_TRY, _TRY]
+    # only a costly fit is worth sharing (the N x N one, or the inducing points' ladder above
+    # exact_max_n): a low-rank factor's fit costs a fraction of it
+    factors[1] = low_rank_factor(fitted, _per_point(tuned[1][0], weights), opts.exact_max_n, rng,
+                                 max_columns=MAX_INDUCING)
+    if factors[1] is None and _one_kernel_suffices(tuned, Xt, St, Yt_tuned, notes):
+        # a shared kernel comes before dropping a design: it costs one fit already, and there the tuning
+        # draws told less (eight schools, PyMC's draws: the CF, dropped, was chosen on 15 of 18 rows, and
+        # the error ratio went 0.012 -> 0.021)
+        return [(tuned[1][0]._replace(orders=orders), None)], [None]
+    if len(kept) == 1:
+        notes += design_notes
+        return kept, [factors[0 if kept[0] is tuned[0] else 1]]
+    return tuned, factors
 
 
 _TRY = object()  # _fit_with's factor: look for one
