@@ -141,6 +141,48 @@ def test_nystrom_with_every_draw_inducing_is_the_exact_fit_where_k_mm_is_singula
         assert np.mean(ny.resid ** 2) < 1.1 * np.mean(ex.resid ** 2)
 
 
+@pytest.mark.parametrize("tasks, orders", [(1, (0, 1)), (1, (2, 0, 1)), (2, (1, 2))])
+def test_nested_inducing_fits_from_one_factor_equal_each_design_fitted_alone(tasks, orders):
+    """The designs share one normal matrix (each a leading block of the largest) and one panel for their
+    held-out residuals, whose blocks (250 draws here, between the widths of the designs) are deleted
+    directly for the wider designs and by Woodbury for the narrower: every number is that of the design
+    fitted on its own, and with more than one task the coefficients come back in the design's order."""
+    n, d = 1000, 2
+    x, s = _draws(n, d=d, seed=5)
+    tau = np.arange(n) % tasks
+    y = np.column_stack([np.sin(x[:, 0]) + x[:, 1] ** 2, np.cos(x[:, 0] * x[:, 1])])
+    kern = SquaredExponential(lengthscale=np.array([1.2, 1.2]))
+    B = np.eye(tasks) if tasks == 1 else np.array([[1.0, 0.5], [0.5, 1.0]])
+    labels = fold_labels(n, np.repeat([0, 1], n // 2), 2)
+    problem = HeldoutProblem(x, s, y, tau, tasks, labels)
+    inducing = np.random.default_rng(0).choice(n, 240, replace=False)
+    together = fit_nystrom_heldout(problem, KernelSpec(kern, B, 1e-6, list(orders)), inducing)
+    assert [f.poly_order for f in together] == list(orders)
+    for fit in together:
+        alone = fit_nystrom_heldout(problem, KernelSpec(kern, B, 1e-6, [fit.poly_order]), inducing)[0]
+        assert fit.beta.shape == alone.beta.shape == (design_matrix(x, s, tau, tasks, fit.poly_order).shape[1], 2)
+        # to rounding, which the nugget's conditioning amplifies: measured in the fit's own units
+        assert np.all(np.abs(fit.beta - alone.beta) < 1e-4 * alone.beta_se)
+        assert np.all(np.abs(fit.jackknife_bias - alone.jackknife_bias) < 1e-4 * alone.beta_se[:tasks])
+        np.testing.assert_allclose(fit.beta_se, alone.beta_se, rtol=1e-6)
+        for key in ("resid", "z", "influence"):
+            a, b = getattr(fit, key), getattr(alone, key)
+            assert np.all(np.isfinite(a)) and np.max(np.abs(a - b)) < 1e-4 * np.sqrt(np.mean(b ** 2)), key
+
+
+def test_nested_factors_fall_back_to_a_factor_per_design_where_the_largest_needs_jitter():
+    from pymc_cv.core.nystrom import _nested_factors
+
+    A = np.eye(4)
+    A[2:, 2:] = [[1.0, 1.0], [1.0, 1.0 + 1e-15]]  # singular to rounding beyond the first three columns
+    L, factors, shared = _nested_factors(A, [3, 2, 4])
+    assert not shared and factors[2] is L
+    np.testing.assert_array_equal(factors[0], np.linalg.cholesky(A[:3, :3]))  # no jitter in the leading blocks
+    np.testing.assert_array_equal(factors[1], np.eye(2))
+    L, factors, shared = _nested_factors(A[:3, :3], [3, 2])
+    assert shared and np.shares_memory(factors[1], L)
+
+
 def test_inducing_draws_isolated_in_their_held_out_block_are_left_out_of_the_basis(monkeypatch):
     """Five draws of an excursion far from the rest, all in one held-out block, two of them inducing:
     held out with their block, their kernel functions are pinned by nothing but a tiny penalty."""

@@ -33,7 +33,8 @@ from scipy.linalg import lapack
 from .threads import blas_threads
 
 __all__ = ["fold_labels", "heldout_blocks", "repeated_draws", "deletion_residuals", "projection_deletion_residuals",
-           "refit_residuals", "split_parts", "quarter_order", "jackknife_bias", "MAX_BLOCK"]
+           "nested_deletion_residuals", "refit_residuals", "split_parts", "quarter_order", "jackknife_bias",
+           "MAX_BLOCK"]
 
 # blocks of at most this many draws: a block costs a b x b solve, and blocks far longer than any
 # autocorrelation time buy nothing
@@ -153,36 +154,53 @@ def projection_deletion_residuals(e, U, labels):
     instead of a b x b one, which is what makes held-out residuals of polynomial fits with a few
     dozen coefficients cheap on blocks of hundreds of draws.
     """
-    n, p = U.shape
+    return nested_deletion_residuals([e], U, [U.shape[1]], labels)[0]
+
+
+def nested_deletion_residuals(es, U, widths, labels):
+    """:func:`projection_deletion_residuals` of nested fits at once: fit i has hat matrix
+    U_i U_i' with U_i the first ``widths[i]`` columns of U (increasing widths) and in-sample
+    residuals ``es[i]``.  A block no longer than a fit is wide is deleted from its b x b
+    I - U_B U_B', and that product is built up across the fits: each adds only its own columns'.
+    Returns (resid, z) per fit."""
+    n = U.shape[0]
     if np.unique(labels).size == n:
-        dq = np.maximum(1.0 - np.einsum("ij,ij->i", U, U), 1e-300)[:, None]
-        return e / dq, e / np.sqrt(dq)
-    resid = np.empty_like(e)
-    z = np.empty_like(e)
-    eye = np.eye(p)
+        out, leverage, done = [], np.zeros(n), 0
+        for e, w in zip(es, widths):
+            leverage = leverage + np.einsum("ij,ij->i", U[:, done:w], U[:, done:w])
+            done = w
+            dq = np.maximum(1.0 - leverage, 1e-300)[:, None]
+            out.append((e / dq, e / np.sqrt(dq)))
+        return out
+    out = [(np.empty_like(e), np.empty_like(e)) for e in es]
+    eyes = [np.eye(w) for w in widths]
     with blas_threads(1):
-        _woodbury_blocks(e, U, labels, eye, resid, z)
-    return resid, z
+        for idx in heldout_blocks(labels):
+            Ub = U[idx]
+            H, done = None, 0
+            for e, w, eye, (resid, z) in zip(es, widths, eyes, out):
+                if w >= idx.size:
+                    part = Ub[:, done:w]
+                    H = part @ part.T if H is None else H + part @ part.T
+                    done = w
+                    _delete_block(idx, e, np.eye(idx.size) - H, resid, z)
+                else:
+                    _woodbury_block(idx, e, Ub[:, :w], eye, resid, z)
+    return out
 
 
-def _woodbury_blocks(e, U, labels, eye, resid, z):
-    p = eye.shape[0]
-    for idx in heldout_blocks(labels):
-        Ub = U[idx]
-        if p >= idx.size:
-            _delete_block(idx, e, np.eye(idx.size) - Ub @ Ub.T, resid, z)
-            continue
-        try:
-            L = linalg.cholesky(eye - Ub.T @ Ub, lower=True, check_finite=False)
-        except linalg.LinAlgError:  # the fit interpolates this block: no closed form in p x p
-            _delete_block(idx, e, np.eye(idx.size) - Ub @ Ub.T, resid, z)
-            continue
-        # U_B (I - U_B' U_B)^-1 U_B' = W W' with W = U_B L^-T: one triangular solve serves the
-        # residuals and their variances (2 b p k + b p^2 flops instead of 2 b p k + 2 p^2 (k + b))
-        W = linalg.solve_triangular(L, Ub.T, lower=True, check_finite=False).T
-        resid[idx] = e[idx] + W @ (W.T @ e[idx])
-        var = 1.0 + np.einsum("ij,ij->i", W, W)
-        z[idx] = resid[idx] / np.sqrt(np.maximum(var, 1e-300))[:, None]
+def _woodbury_block(idx, e, Ub, eye, resid, z):
+    try:
+        L = linalg.cholesky(eye - Ub.T @ Ub, lower=True, check_finite=False)
+    except linalg.LinAlgError:  # the fit interpolates this block: no closed form in p x p
+        _delete_block(idx, e, np.eye(idx.size) - Ub @ Ub.T, resid, z)
+        return
+    # U_B (I - U_B' U_B)^-1 U_B' = W W' with W = U_B L^-T: one triangular solve serves the
+    # residuals and their variances (2 b p k + b p^2 flops instead of 2 b p k + 2 p^2 (k + b))
+    W = linalg.solve_triangular(L, Ub.T, lower=True, check_finite=False).T
+    resid[idx] = e[idx] + W @ (W.T @ e[idx])
+    var = 1.0 + np.einsum("ij,ij->i", W, W)
+    z[idx] = resid[idx] / np.sqrt(np.maximum(var, 1e-300))[:, None]
 
 
 def refit_residuals(fit_predict, n, labels):

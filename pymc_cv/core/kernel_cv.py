@@ -148,7 +148,7 @@ class ExactHeldout:
     rank: int | None = None  # columns of the low-rank factor of the kernel matrix fitted on (None: exact)
 
 
-def _design_columns(d, T, order, q_all):
+def design_columns(d, T, order, q_all):
     """Columns of the largest design that make the design of ``order``: intercepts, then per task
     the first q features (features of lower degree come first)."""
     q = n_polynomial_features(d, order)
@@ -274,7 +274,7 @@ def fit_exact_heldout(problem, spec, keep_fit=False, factor=None):
         inverse = LowRankInverse(factor.F, np.asarray(nugget) * k0_scale)
     P_all = design_matrix(X, S, tau, T, max(orders))
     q_all = P_all.shape[1] // T - 1
-    designs = [_design_columns(X.shape[1], T, order, q_all) for order in orders]
+    designs = [design_columns(X.shape[1], T, order, q_all) for order in orders]
     for cols in designs:
         if N - len(cols) < 2:
             raise ValueError(f"{N} draws cannot fit {len(cols)} intercept/polynomial coefficients; lower poly_order.")

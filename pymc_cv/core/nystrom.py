@@ -11,7 +11,9 @@ kernel functions are not combinations of the others to rounding, and with featur
 and c_S = L^-T w the penalty is nugget w'w.  The normal matrix F'F + blockdiag(0, nugget I) of
 F = [P, Phi] (size p + r) is then conditioned by the nugget, not by K_MM, whose condition number
 it would otherwise square.  Memory O(N M), time O(N M^2), for all integrands at once.  It is a
-linear smoother, so held-out residuals have the closed form of ``heldout`` with Q = I - H; the
+linear smoother, so held-out residuals have the closed form of ``heldout`` with Q = I - H (nested
+designs, the CF's intercepts inside the SECF's polynomial, share one normal matrix, its factor and the
+panel L^-1 F' those residuals come from: ``_NestedLayout``); the
 basis functions are kept fixed when a block is held out, so an inducing draw whose kernel function
 lives almost only on its own block's draws is left out of the basis (``isolated_inducing``): held out,
 nothing but the penalty would pin it.  Under the equivalent Gaussian model
@@ -33,8 +35,14 @@ from scipy import linalg
 from scipy.linalg import lapack
 
 from .external import cluster_nystrom
-from .heldout import jackknife_bias, projection_deletion_residuals, quarter_order, split_parts
-from .kernel_cv import ExactHeldout, design_matrix, kernel_predictor, stein_gram, unpermuted
+from .heldout import (
+    jackknife_bias,
+    nested_deletion_residuals,
+    projection_deletion_residuals,
+    quarter_order,
+    split_parts,
+)
+from .kernel_cv import ExactHeldout, design_columns, design_matrix, kernel_predictor, stein_gram, unpermuted
 from .linalg import cholesky_jitter, lower_solve
 
 __all__ = ["fit_nystrom_heldout", "choose_inducing", "inducing_basis", "InducingBasis", "isolated_inducing",
@@ -150,12 +158,14 @@ def design_for(X, S, tau, T, order):
     return P, p
 
 
-def coefficient_se(L, p, e, w, nug):
+def coefficient_se(L, at, e, w, nug):
     """Model se (p, k) of the design coefficients under the equivalent Gaussian model (module
-    docstring), from the factor L of the normal matrix, the residuals e and the basis weights w."""
-    N, r = e.shape[0], w.shape[0]
+    docstring), from the factor L of the normal matrix, the residuals e and the basis weights w.
+    ``at``: the coefficients' positions in the normal matrix, or their number p when they come first."""
+    at = np.arange(at) if np.ndim(at) == 0 else np.asarray(at)
+    N, p = e.shape[0], at.size
     s2 = (np.einsum("nk,nk->k", e, e) + nug * np.einsum("mk,mk->k", w, w)) / max(N - p, 1)
-    Ainv_diag = np.sum(linalg.solve_triangular(L, np.eye(p + r)[:, :p], lower=True, check_finite=False) ** 2,
+    Ainv_diag = np.sum(linalg.solve_triangular(L, np.eye(L.shape[0])[:, at], lower=True, check_finite=False) ** 2,
                        axis=0)
     return np.sqrt(Ainv_diag)[:, None] * np.sqrt(np.maximum(s2, 0.0))[None, :]
 
@@ -183,13 +193,86 @@ def fit_nystrom_heldout(problem, spec, inducing, keep_fit=False, Knm=None):
         return [unpermuted(f, inverse) for f in fits]
     if Knm is None:
         Knm = cross_gram(kernel, B, X, S, tau, inducing)
-    return [fit for fit, _ in _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm)]
+    return _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm)[0]
+
+
+class _NestedLayout(NamedTuple):
+    """Where each coefficient sits in the normal matrix shared by nested designs: the columns of the
+    largest design in the order ``seq`` (the smallest design's, then each larger design's new ones),
+    the kernel features after the first ``nb`` of them.  Design i is then the leading ``sizes[i]``
+    rows and columns, so one Cholesky factor and one panel L^-1 F' serve every design."""
+
+    seq: np.ndarray  # columns of the largest design
+    nb: int  # the smallest design's width: the features start here
+    r: int
+    sizes: list  # per design (in the order given): r + its width
+    at: list  # per design: its coefficients' positions, in its own column order
+
+    @classmethod
+    def of(cls, d, T, orders, q_all, r):
+        columns = {o: design_columns(d, T, o, q_all) for o in orders}
+        seq = []
+        for o in sorted(set(orders)):
+            seq += [c for c in columns[o] if c not in seq]
+        nb = len(columns[min(orders)])
+        place = {c: (j if j < nb else r + j) for j, c in enumerate(seq)}
+        return cls(np.array(seq), nb, r, [r + len(columns[o]) for o in orders],
+                   [np.array([place[c] for c in columns[o]]) for o in orders])
+
+    def features(self, Ps, Phi):
+        """F = [the smallest design's columns, Phi, the others] from ``Ps`` = P[:, seq]."""
+        return np.concatenate([Ps[:, :self.nb], Phi, Ps[:, self.nb:]], axis=1)
+
+    def times(self, Ps, Phi, theta):
+        """F theta for the design of ``len(theta)`` coefficients, without forming F (N x r)."""
+        nb, r = self.nb, self.r
+        return Ps[:, :nb] @ theta[:nb] + Phi @ theta[nb:nb + r] + Ps[:, nb:len(theta) - r] @ theta[nb + r:]
+
+    def normal_part(self, Ps, Phi, Y):
+        """F'F and F'Y of one quarter's rows, without forming F (it would double the memory)."""
+        nb, r = self.nb, self.r
+        p = Ps.shape[1]
+        poly = np.r_[0:nb, nb + r:p + r]
+        A = np.empty((p + r, p + r))
+        A[np.ix_(poly, poly)] = Ps.T @ Ps
+        A[poly, nb:nb + r] = Ps.T @ Phi
+        A[nb:nb + r, poly] = A[poly, nb:nb + r].T
+        A[nb:nb + r, nb:nb + r] = Phi.T @ Phi
+        rhs = np.empty((p + r,) + Y.shape[1:])
+        rhs[poly] = Ps.T @ Y
+        rhs[nb:nb + r] = Phi.T @ Y
+        return A, rhs
+
+
+def _nested_factors(A, sizes):
+    """The lower Cholesky factor of A and of each leading block ``A[:s, :s]`` (``cholesky_jitter``),
+    and whether the blocks' are blocks of A's: they are unless A's needed jitter (then each leading
+    block is factorised on its own, as a fit of that design alone would be)."""
+    L, jitter = cholesky_jitter(A)
+    if jitter == 0:
+        return L, [L[:s, :s] for s in sizes], True
+    return L, [L if s == A.shape[0] else cholesky_jitter(A[:s, :s])[0] for s in sizes], False
+
+
+def _nested_fit_on(quarters, parts, penalty, T, sizes):
+    """``fit_on(mask, i)`` for ``heldout.jackknife_bias``: the intercepts of design i (the leading
+    ``sizes[i]`` coefficients) fitted on the whole quarters inside ``mask``, from the per-quarter
+    normal matrices and right-hand sides ``parts``; one factorisation per mask serves every design."""
+    cache = {}
+
+    def fit_on(mask, i):
+        inside = tuple(j for j, q in enumerate(quarters) if mask[q].all())
+        if inside not in cache:
+            cache[inside] = _nested_factors(sum(parts[j][0] for j in inside) + penalty, sizes)[1]
+        rhs = sum(parts[j][1] for j in inside)[:sizes[i]]
+        return linalg.cho_solve((cache[inside][i], True), rhs, check_finite=False)[:T]
+    return fit_on
 
 
 def _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm, rows=None):
-    """``fit_nystrom_heldout`` on draws in quarter order, as (fit, finish) per order.  ``rows``: a
-    slice of whole quarters whose held-out residuals are computed now; ``finish()`` adds the
-    others' (NaN until then).  Without ``rows``, all are, and ``finish`` does nothing."""
+    """``fit_nystrom_heldout`` on draws in quarter order, as (fits, finish): one fit per order.
+    ``rows``: a slice of whole quarters whose held-out residuals are computed now; ``finish()``
+    adds the others' (NaN until then).  Without ``rows``, all are, and ``finish`` does nothing."""
     X, S, Y, tau, T, labels = problem
     kernel, B, nugget, orders = spec
     Kmm = Knm[inducing]
@@ -199,51 +282,53 @@ def _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm, rows=None):
     Phi = basis.features(Knm)
     r = Phi.shape[1]
     quarters = [_as_slice(q) for q in split_parts(labels, 4)]
+    P_all, p_all = design_for(X, S, tau, T, max(orders))
+    layout = _NestedLayout.of(X.shape[1], T, list(orders), p_all // T - 1, r)
+    Ps = P_all[:, layout.seq]
     # F'F and F'Y as sums over quarters of the draws: the fits without one of them (same
     # hyperparameters, ``heldout.jackknife_bias``) then cost no extra pass over Phi
-    PtP = [Phi[q].T @ Phi[q] for q in quarters]  # shared by every design
-    PtY = [Phi[q].T @ Y[q] for q in quarters]
-    out = []
-    for order in orders:
-        P, p = design_for(X, S, tau, T, order)
-        # normal matrices of F = [P, Phi] per quarter without forming F (it would double the memory)
-        parts = []
-        for q, ptp, pty in zip(quarters, PtP, PtY):
-            Aq = np.empty((p + r, p + r))
-            Aq[:p, :p] = P[q].T @ P[q]
-            Aq[:p, p:] = P[q].T @ Phi[q]
-            Aq[p:, :p] = Aq[:p, p:].T
-            Aq[p:, p:] = ptp
-            parts.append((Aq, np.concatenate([P[q].T @ Y[q], pty])))
-        penalty = np.zeros((p + r, p + r))
-        penalty[p:, p:] = nug * np.eye(r)
-        A = sum(a for a, _ in parts) + penalty
-        L, _ = cholesky_jitter(A)
-        rhs = sum(b for _, b in parts)
-        theta = linalg.cho_solve((L, True), rhs, check_finite=False)
-        beta, w = theta[:p], theta[p:]
-        fit_on = normal_fit_on(quarters, parts, penalty, T)
-        bias = jackknife_bias(lambda m: fit_on(~m), labels, theta[:T])
-        e = Y - P @ beta - Phi @ w
-        beta_se = coefficient_se(L, p, e, w, nug)
+    parts = [layout.normal_part(Ps[q], Phi[q], Y[q]) for q in quarters]
+    penalty = np.zeros((p_all + r, p_all + r))
+    penalty[layout.nb:layout.nb + r, layout.nb:layout.nb + r] = nug * np.eye(r)
+    A = sum(a for a, _ in parts) + penalty
+    rhs = sum(b for _, b in parts)
+    L_all, factors, shared = _nested_factors(A, layout.sizes)
+    fit_on = _nested_fit_on(quarters, parts, penalty, T, layout.sizes)
 
-        a0 = linalg.cho_solve((L, True), np.eye(p + r)[:, 0], check_finite=False)
-        influence = P @ a0[:p] + Phi @ a0[p:]
-        resid, z = np.full_like(e, np.nan), np.full_like(e, np.nan)
-
-        def heldout(part, P=P, L=L, e=e, resid=resid, z=z):
-            # one panel G = L^-1 F' for the draws of ``part``: slabs of whole blocks gathered by
-            # index took 1.4x as long at N = 20,000, M = 1,000 (the gathers, and triangular
-            # solves on fewer columns)
-            resid[part], z[part] = chunk_heldout(L, np.concatenate([P[part], Phi[part]], axis=1), e[part],
-                                                 labels[part], overwrite=True)
-
-        heldout(slice(None) if rows is None else rows)
+    fits, residuals = [], []
+    for i, (order, L, size, at) in enumerate(zip(orders, factors, layout.sizes, layout.at)):
+        theta = linalg.cho_solve((L, True), rhs[:size], check_finite=False)
+        beta, w = theta[at], theta[layout.nb:layout.nb + r]
+        bias = jackknife_bias(lambda m, i=i: fit_on(~m, i), labels, theta[:T])
+        e = Y - layout.times(Ps, Phi, theta)
+        beta_se = coefficient_se(L, at, e, w, nug)
+        a0 = linalg.cho_solve((L, True), np.eye(size)[:, 0], check_finite=False)
+        influence = layout.times(Ps, Phi, a0)
         predictor = kernel_predictor(kernel, B, X[inducing], S[inducing], tau[inducing], T, order,
                                      basis.coefficients(w, len(inducing)), beta) if keep_fit else None
-        fit = ExactHeldout(order, beta, beta_se, resid, z, influence, bias, predictor)
-        out.append((fit, (lambda: None) if rows is None else functools.partial(heldout, slice(rows.stop, None))))
-    return out
+        fit = ExactHeldout(order, beta, beta_se, np.full_like(e, np.nan), np.full_like(e, np.nan), influence, bias,
+                           predictor)
+        fits.append(fit)
+        residuals.append(e)
+
+    def heldout(part):
+        # one panel G = L^-1 F' for the draws of ``part`` serves every design: slabs of whole blocks
+        # gathered by index took 1.4x as long at N = 20,000, M = 1,000 (the gathers, and triangular
+        # solves on fewer columns)
+        if shared:
+            G = lower_solve(L_all, layout.features(Ps[part], Phi[part]).T, overwrite_b=True)
+            order_by_size = np.argsort(layout.sizes, kind="stable")
+            done = nested_deletion_residuals([residuals[j][part] for j in order_by_size], G.T,
+                                             [layout.sizes[j] for j in order_by_size], labels[part])
+            for j, (resid, z) in zip(order_by_size, done):
+                fits[j].resid[part], fits[j].z[part] = resid, z
+            return
+        for fit, e, L, size in zip(fits, residuals, factors, layout.sizes):
+            fit.resid[part], fit.z[part] = chunk_heldout(L, layout.features(Ps[part, :size - r], Phi[part]), e[part],
+                                                         labels[part], overwrite=True)
+
+    heldout(slice(None) if rows is None else rows)
+    return fits, (lambda: None) if rows is None else functools.partial(heldout, slice(rows.stop, None))
 
 
 def chunk_heldout(L, Fc, e, labels, overwrite=False):
@@ -301,17 +386,17 @@ def _choose(problem, spec, order, m_start, m_cap, tol, client, keep_fit):
             # the columns of the last M are kept, not recomputed (M = 250, 500, 1,000 had computed
             # 1,750 columns to use 1,000)
             Knm = cross_gram(spec.kernel, spec.B, X, S, tau, order[:M], previous=Knm)
-            fits = _fit_in_quarter_order(problem, spec, order[:M], keep_fit, Knm, rows=half)
+            fitted = _fit_in_quarter_order(problem, spec, order[:M], keep_fit, Knm, rows=half)
         else:
-            fits = [(f, lambda: None) for f in cluster_nystrom()(problem, spec, order[:M], client, keep_fit=keep_fit)]
-        err = min(float(np.sum(np.mean(f.resid[half] ** 2, axis=0) / scale)) for f, _ in fits)
+            fitted = (cluster_nystrom()(problem, spec, order[:M], client, keep_fit=keep_fit), lambda: None)
+        err = min(float(np.sum(np.mean(f.resid[half] ** 2, axis=0) / scale)) for f in fitted[0])
         path.append((M, err))
         improved = best is None or err < (1.0 - tol) * best[1]
         if best is None or err < best[1]:
-            best = (M, err, fits)
+            best = (M, err, fitted)
         if not improved or M >= m_cap:
             break
         M = min(2 * M, m_cap)
-    for _, finish in best[2]:
-        finish()
-    return NystromChoice(best[0], [f for f, _ in best[2]], path)
+    fits, finish = best[2]
+    finish()
+    return NystromChoice(best[0], fits, path)
