@@ -141,12 +141,20 @@ def test_nystrom_with_every_draw_inducing_is_the_exact_fit_where_k_mm_is_singula
         assert np.mean(ny.resid ** 2) < 1.1 * np.mean(ex.resid ** 2)
 
 
-@pytest.mark.parametrize("tasks, orders", [(1, (0, 1)), (1, (2, 0, 1)), (2, (1, 2))])
-def test_nested_inducing_fits_from_one_factor_equal_each_design_fitted_alone(tasks, orders):
+@pytest.mark.parametrize("tasks, orders, shared", [(1, (0, 1), True), (1, (2, 0, 1), True), (2, (1, 2), True),
+                                                   (1, (0, 1), False)])
+def test_nested_inducing_fits_from_one_factor_equal_each_design_fitted_alone(tasks, orders, shared, monkeypatch):
     """The designs share one normal matrix (each a leading block of the largest) and one panel for their
     held-out residuals, whose blocks (250 draws here, between the widths of the designs) are deleted
     directly for the wider designs and by Woodbury for the narrower: every number is that of the design
-    fitted on its own, and with more than one task the coefficients come back in the design's order."""
+    fitted on its own, and with more than one task the coefficients come back in the design's order.
+    Where the largest design's factor needed jitter each design has its own (``shared`` False)."""
+    from pymc_cv.core import nystrom
+    from pymc_cv.core.linalg import cholesky_jitter
+
+    if not shared:
+        monkeypatch.setattr(nystrom, "_nested_factors", lambda A, sizes: (
+            cholesky_jitter(A)[0], [cholesky_jitter(A[:s, :s])[0] for s in sizes], False))
     n, d = 1000, 2
     x, s = _draws(n, d=d, seed=5)
     tau = np.arange(n) % tasks
