@@ -1,7 +1,8 @@
 """The inducing-point kernel CV with its features as a dask array chunked over draws.
 
 The same fit as :func:`nystrom.fit_nystrom_heldout`, for draws too many for one machine's memory:
-the N x (p + r) features F = [P, Phi] (``nystrom``'s basis) live on a dask.distributed cluster's workers, in chunks of
+the N x (p + r) features F of the nested designs (``nystrom.NestedLayout``: the polynomial columns and the
+basis Phi, computed once for the CF and the SECF) live on a dask.distributed cluster's workers, in chunks of
 whole held-out blocks.  Only small things come back: F'F and F'Y (sums over chunks) to solve the
 (p + r) system here, then per chunk the held-out residuals, which the closed form of ``heldout``
 gives from the chunk's own rows of F (a held-out block never spans two chunks).  dask is imported
@@ -11,12 +12,19 @@ only here.
 from __future__ import annotations
 
 import numpy as np
-from scipy import linalg
 
-from .core.heldout import heldout_blocks, jackknife_bias, split_parts
+from .core.heldout import heldout_blocks, split_parts
 from .core.kernel_cv import ExactHeldout, kernel_predictor, stein_gram
-from .core.linalg import cholesky_jitter, lower_solve
-from .core.nystrom import chunk_heldout, coefficient_se, design_for, inducing_basis, isolated_by_mass, normal_fit_on
+from .core.linalg import lower_solve
+from .core.nystrom import (
+    NestedLayout,
+    NestedSystem,
+    coefficient_se,
+    design_for,
+    designs_heldout,
+    inducing_basis,
+    isolated_by_mass,
+)
 
 # dask.array loads inside the functions that use it: `import pymc_cv` stays cheap without it.
 
@@ -40,10 +48,11 @@ def _chunks(labels, rows):
     return perm, tuple(sizes)
 
 
-def _features(Xc, Sc, tc, Pc, kernel, B, Z, SZ, tz, L):
-    """[P, K_NS L^-T] for a chunk of draws, Z the inducing draws the basis kept."""
+def _features(Xc, Sc, tc, Pc, kernel, B, Z, SZ, tz, L, layout):
+    """The chunk's rows of F in ``layout`` (``nystrom.NestedLayout``) from its rows ``Pc`` of P[:, layout.seq]
+    and Phi = K_NS L^-T, Z the inducing draws the basis kept."""
     K = stein_gram(kernel, B, Xc, Sc, tc[:, 0], Z, SZ, tz)
-    return np.concatenate([Pc, lower_solve(L, K.T).T], axis=1)
+    return layout.features(Pc, lower_solve(L, K.T).T)
 
 
 def _masses(Xc, Sc, tc, labc, kernel, B, Z, SZ, tz, zlab):
@@ -54,11 +63,13 @@ def _masses(Xc, Sc, tc, labc, kernel, B, Z, SZ, tz, zlab):
     return np.concatenate([K2.sum(axis=0), own])[None, :]
 
 
-def _chunk_heldout(Fc, Yc, labc, L, theta, a0):
-    """Per draw of the chunk: held-out residuals (k), standardised (k), influence (1), residual (k)."""
-    e = Yc - Fc @ theta
-    resid, z = chunk_heldout(L, Fc, e, labc[:, 0])
-    return np.concatenate([resid, z, (Fc @ a0)[:, None], e], axis=1)
+def _chunk_heldout(Fc, Yc, labc, system, thetas, a0s, sizes):
+    """Per draw of the chunk and per design in turn: held-out residuals (k), standardised (k),
+    influence (1), residual (k)."""
+    es = [Yc - Fc[:, :size] @ theta for theta, size in zip(thetas, sizes)]
+    done = designs_heldout(system, Fc, es, sizes, labc[:, 0])
+    return np.concatenate([np.concatenate([resid, z, (Fc[:, :size] @ a0)[:, None], e], axis=1)
+                           for (resid, z), e, a0, size in zip(done, es, a0s, sizes)], axis=1)
 
 
 def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_fit=False):
@@ -117,31 +128,28 @@ def fit_nystrom_heldout_dask(problem, spec, inducing, client, rows=_ROWS, keep_f
     r = kept.size
     quarters = split_parts(labels, 4)
     dquarters = [chunked(q.astype(float)) for q in quarters]
+    P_all, p_all = design_for(X, S, tau, T, max(orders))
+    layout = NestedLayout.of(X.shape[1], T, list(orders), p_all // T - 1, r)
+    F = da.map_blocks(_features, dX, dS, dtau, chunked(P_all[:, layout.seq]), kernel=kernel, B=B, Z=Z[kept],
+                      SZ=SZ[kept], tz=tz[kept], L=basis.L, layout=layout, dtype=float, chunks=(sizes, p_all + r))
+    F = client.persist(F)  # the features stay on the workers for both passes
+    # F'F and F'Y per quarter of the draws (their sums are the full ones), for the fits without
+    # one of them (``heldout.jackknife_bias``)
+    sums = client.compute([x for dq in dquarters for x in ((F * dq).T @ F, (F * dq).T @ dY)], sync=True)
+    system = NestedSystem.of(quarters, list(zip(sums[::2], sums[1::2])), layout, nug, T)
+    solved = [system.solve(i, labels, T) for i in range(len(orders))]
+    width = 3 * k + 1
+    packed = da.map_blocks(_chunk_heldout, F, dY, dlab, system=system._replace(fit_on=None),
+                           thetas=[theta for theta, _, _ in solved], a0s=[a0 for _, _, a0 in solved],
+                           sizes=layout.sizes, dtype=float, chunks=(sizes, width * len(orders)))
+    packed = client.compute(packed, sync=True)[inverse]
+    client.cancel(F)
     out = []
-    for order in orders:
-        P, p = design_for(X, S, tau, T, order)
-        F = da.map_blocks(_features, dX, dS, dtau, chunked(P), kernel=kernel, B=B, Z=Z[kept], SZ=SZ[kept],
-                          tz=tz[kept], L=basis.L, dtype=float, chunks=(sizes, p + r))
-        F = client.persist(F)  # the features stay on the workers for both passes
-        # F'F and F'Y per quarter of the draws (their sums are the full ones), for the fits without
-        # one of them (``heldout.jackknife_bias``)
-        sums = client.compute([x for dq in dquarters for x in ((F * dq).T @ F, (F * dq).T @ dY)], sync=True)
-        parts = list(zip(sums[::2], sums[1::2]))
-        penalty = np.zeros((p + r, p + r))
-        penalty[p:, p:] = nug * np.eye(r)
-        L, _ = cholesky_jitter(sum(a for a, _ in parts) + penalty)
-        theta = linalg.cho_solve((L, True), sum(b for _, b in parts), check_finite=False)
-        fit_on = normal_fit_on(quarters, parts, penalty, T)
-        bias = jackknife_bias(lambda m: fit_on(~m), labels, theta[:T])
-        a0 = linalg.cho_solve((L, True), np.eye(p + r)[:, 0], check_finite=False)
-        packed = da.map_blocks(_chunk_heldout, F, dY, dlab, L=L, theta=theta, a0=a0, dtype=float,
-                               chunks=(sizes, 3 * k + 1))
-        packed = client.compute(packed, sync=True)[inverse]
-        client.cancel(F)
-        resid, z, influence, e = packed[:, :k], packed[:, k:2 * k], packed[:, 2 * k], packed[:, 2 * k + 1:]
-        beta = theta[:p]
-        w = theta[p:]
-        out.append(ExactHeldout(order, beta, coefficient_se(L, p, e, w, nug), resid, z, influence, bias,
-                                kernel_predictor(kernel, B, Z, SZ, tz, T, order, basis.coefficients(w, len(Z)), beta)
-                                if keep_fit else None))
+    for i, (order, (theta, bias, a0), at) in enumerate(zip(orders, solved, layout.at)):
+        mine = packed[:, i * width:(i + 1) * width]
+        resid, z, influence, e = mine[:, :k], mine[:, k:2 * k], mine[:, 2 * k], mine[:, 2 * k + 1:]
+        beta, w = theta[at], theta[layout.nb:layout.nb + r]
+        out.append(ExactHeldout(order, beta, coefficient_se(system.factors[i], at, e, w, nug), resid, z, influence,
+                                bias, kernel_predictor(kernel, B, Z, SZ, tz, T, order, basis.coefficients(w, len(Z)),
+                                                       beta) if keep_fit else None))
     return out

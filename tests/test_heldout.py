@@ -153,7 +153,7 @@ def test_nested_inducing_fits_from_one_factor_equal_each_design_fitted_alone(tas
     from pymc_cv.core.linalg import cholesky_jitter
 
     if not shared:
-        monkeypatch.setattr(nystrom, "_nested_factors", lambda A, sizes: (
+        monkeypatch.setattr(nystrom, "nested_factors", lambda A, sizes: (
             cholesky_jitter(A)[0], [cholesky_jitter(A[:s, :s])[0] for s in sizes], False))
     n, d = 1000, 2
     x, s = _draws(n, d=d, seed=5)
@@ -179,15 +179,15 @@ def test_nested_inducing_fits_from_one_factor_equal_each_design_fitted_alone(tas
 
 
 def test_nested_factors_fall_back_to_a_factor_per_design_where_the_largest_needs_jitter():
-    from pymc_cv.core.nystrom import _nested_factors
+    from pymc_cv.core.nystrom import nested_factors
 
     A = np.eye(4)
     A[2:, 2:] = [[1.0, 1.0], [1.0, 1.0 + 1e-15]]  # singular to rounding beyond the first three columns
-    L, factors, shared = _nested_factors(A, [3, 2, 4])
+    L, factors, shared = nested_factors(A, [3, 2, 4])
     assert not shared and factors[2] is L
     np.testing.assert_array_equal(factors[0], np.linalg.cholesky(A[:3, :3]))  # no jitter in the leading blocks
     np.testing.assert_array_equal(factors[1], np.eye(2))
-    L, factors, shared = _nested_factors(A[:3, :3], [3, 2])
+    L, factors, shared = nested_factors(A[:3, :3], [3, 2])
     assert shared and np.shares_memory(factors[1], L)
 
 

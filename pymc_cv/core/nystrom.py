@@ -13,7 +13,7 @@ F = [P, Phi] (size p + r) is then conditioned by the nugget, not by K_MM, whose 
 it would otherwise square.  Memory O(N M), time O(N M^2), for all integrands at once.  It is a
 linear smoother, so held-out residuals have the closed form of ``heldout`` with Q = I - H (nested
 designs, the CF's intercepts inside the SECF's polynomial, share one normal matrix, its factor and the
-panel L^-1 F' those residuals come from: ``_NestedLayout``); the
+panel L^-1 F' those residuals come from: ``NestedLayout``); the
 basis functions are kept fixed when a block is held out, so an inducing draw whose kernel function
 lives almost only on its own block's draws is left out of the basis (``isolated_inducing``): held out,
 nothing but the penalty would pin it.  Under the equivalent Gaussian model
@@ -46,7 +46,7 @@ from .kernel_cv import ExactHeldout, design_columns, design_matrix, kernel_predi
 from .linalg import cholesky_jitter, lower_solve
 
 __all__ = ["fit_nystrom_heldout", "choose_inducing", "inducing_basis", "InducingBasis", "isolated_inducing",
-           "isolated_by_mass", "normal_fit_on", "MAX_INDUCING"]
+           "isolated_by_mass", "NestedLayout", "nested_factors", "NestedSystem", "designs_heldout", "MAX_INDUCING"]
 
 # Work on N x M arrays goes a slab of draws at a time, each temporary about this size: fresh
 # arrays of hundreds of MB are page-faulted in on every call, and here that cost more than the
@@ -196,7 +196,7 @@ def fit_nystrom_heldout(problem, spec, inducing, keep_fit=False, Knm=None):
     return _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm)[0]
 
 
-class _NestedLayout(NamedTuple):
+class NestedLayout(NamedTuple):
     """Where each coefficient sits in the normal matrix shared by nested designs: the columns of the
     largest design in the order ``seq`` (the smallest design's, then each larger design's new ones),
     the kernel features after the first ``nb`` of them.  Design i is then the leading ``sizes[i]``
@@ -244,7 +244,7 @@ class _NestedLayout(NamedTuple):
         return A, rhs
 
 
-def _nested_factors(A, sizes):
+def nested_factors(A, sizes):
     """The lower Cholesky factor of A and of each leading block ``A[:s, :s]`` (``cholesky_jitter``),
     and whether the blocks' are blocks of A's: they are unless A's needed jitter (then each leading
     block is factorised on its own, as a fit of that design alone would be)."""
@@ -254,7 +254,7 @@ def _nested_factors(A, sizes):
     return L, [L if s == A.shape[0] else cholesky_jitter(A[:s, :s])[0] for s in sizes], False
 
 
-def _nested_fit_on(quarters, parts, penalty, T, sizes):
+def nested_fit_on(quarters, parts, penalty, T, sizes):
     """``fit_on(mask, i)`` for ``heldout.jackknife_bias``: the intercepts of design i (the leading
     ``sizes[i]`` coefficients) fitted on the whole quarters inside ``mask``, from the per-quarter
     normal matrices and right-hand sides ``parts``; one factorisation per mask serves every design."""
@@ -263,10 +263,41 @@ def _nested_fit_on(quarters, parts, penalty, T, sizes):
     def fit_on(mask, i):
         inside = tuple(j for j, q in enumerate(quarters) if mask[q].all())
         if inside not in cache:
-            cache[inside] = _nested_factors(sum(parts[j][0] for j in inside) + penalty, sizes)[1]
+            cache[inside] = nested_factors(sum(parts[j][0] for j in inside) + penalty, sizes)[1]
         rhs = sum(parts[j][1] for j in inside)[:sizes[i]]
         return linalg.cho_solve((cache[inside][i], True), rhs, check_finite=False)[:T]
     return fit_on
+
+
+class NestedSystem(NamedTuple):
+    """The penalised normal equations of nested designs (a :class:`NestedLayout`) summed over the
+    quarters of the draws: the factors of :func:`nested_factors`, the right-hand side, and the fits
+    without quarters for the jackknife (:func:`nested_fit_on`)."""
+
+    L_all: np.ndarray
+    factors: list
+    shared: bool
+    rhs: np.ndarray
+    fit_on: object
+
+    @classmethod
+    def of(cls, quarters, parts, layout, nug, T):
+        """From the per-quarter F'F and F'Y ``parts`` and the penalty ``nug`` on the kernel features."""
+        nb, r = layout.nb, layout.r
+        penalty = np.zeros_like(parts[0][0])
+        penalty[nb:nb + r, nb:nb + r] = nug * np.eye(r)
+        L_all, factors, shared = nested_factors(sum(a for a, _ in parts) + penalty, layout.sizes)
+        return cls(L_all, factors, shared, sum(b for _, b in parts),
+                   nested_fit_on(quarters, parts, penalty, T, layout.sizes))
+
+    def solve(self, i, labels, T):
+        """Design i's coefficients theta (in the layout's order), the jackknife bias of its T
+        intercepts, and a0 = A^-1 e_0 (how its first intercept weighs each draw, through F a0)."""
+        L = self.factors[i]
+        theta = linalg.cho_solve((L, True), self.rhs[:L.shape[0]], check_finite=False)
+        bias = jackknife_bias(lambda m: self.fit_on(~m, i), labels, theta[:T])
+        a0 = linalg.cho_solve((L, True), np.eye(L.shape[0])[:, 0], check_finite=False)
+        return theta, bias, a0
 
 
 def _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm, rows=None):
@@ -283,49 +314,30 @@ def _fit_in_quarter_order(problem, spec, inducing, keep_fit, Knm, rows=None):
     r = Phi.shape[1]
     quarters = [_as_slice(q) for q in split_parts(labels, 4)]
     P_all, p_all = design_for(X, S, tau, T, max(orders))
-    layout = _NestedLayout.of(X.shape[1], T, list(orders), p_all // T - 1, r)
+    layout = NestedLayout.of(X.shape[1], T, list(orders), p_all // T - 1, r)
     Ps = P_all[:, layout.seq]
     # F'F and F'Y as sums over quarters of the draws: the fits without one of them (same
     # hyperparameters, ``heldout.jackknife_bias``) then cost no extra pass over Phi
-    parts = [layout.normal_part(Ps[q], Phi[q], Y[q]) for q in quarters]
-    penalty = np.zeros((p_all + r, p_all + r))
-    penalty[layout.nb:layout.nb + r, layout.nb:layout.nb + r] = nug * np.eye(r)
-    A = sum(a for a, _ in parts) + penalty
-    rhs = sum(b for _, b in parts)
-    L_all, factors, shared = _nested_factors(A, layout.sizes)
-    fit_on = _nested_fit_on(quarters, parts, penalty, T, layout.sizes)
+    system = NestedSystem.of(quarters, [layout.normal_part(Ps[q], Phi[q], Y[q]) for q in quarters], layout, nug, T)
 
     fits, residuals = [], []
-    for i, (order, L, size, at) in enumerate(zip(orders, factors, layout.sizes, layout.at)):
-        theta = linalg.cho_solve((L, True), rhs[:size], check_finite=False)
+    for i, (order, L, at) in enumerate(zip(orders, system.factors, layout.at)):
+        theta, bias, a0 = system.solve(i, labels, T)
         beta, w = theta[at], theta[layout.nb:layout.nb + r]
-        bias = jackknife_bias(lambda m, i=i: fit_on(~m, i), labels, theta[:T])
         e = Y - layout.times(Ps, Phi, theta)
-        beta_se = coefficient_se(L, at, e, w, nug)
-        a0 = linalg.cho_solve((L, True), np.eye(size)[:, 0], check_finite=False)
-        influence = layout.times(Ps, Phi, a0)
         predictor = kernel_predictor(kernel, B, X[inducing], S[inducing], tau[inducing], T, order,
                                      basis.coefficients(w, len(inducing)), beta) if keep_fit else None
-        fit = ExactHeldout(order, beta, beta_se, np.full_like(e, np.nan), np.full_like(e, np.nan), influence, bias,
-                           predictor)
-        fits.append(fit)
+        fits.append(ExactHeldout(order, beta, coefficient_se(L, at, e, w, nug), np.full_like(e, np.nan),
+                                 np.full_like(e, np.nan), layout.times(Ps, Phi, a0), bias, predictor))
         residuals.append(e)
 
     def heldout(part):
-        # one panel G = L^-1 F' for the draws of ``part`` serves every design: slabs of whole blocks
-        # gathered by index took 1.4x as long at N = 20,000, M = 1,000 (the gathers, and triangular
-        # solves on fewer columns)
-        if shared:
-            G = lower_solve(L_all, layout.features(Ps[part], Phi[part]).T, overwrite_b=True)
-            order_by_size = np.argsort(layout.sizes, kind="stable")
-            done = nested_deletion_residuals([residuals[j][part] for j in order_by_size], G.T,
-                                             [layout.sizes[j] for j in order_by_size], labels[part])
-            for j, (resid, z) in zip(order_by_size, done):
-                fits[j].resid[part], fits[j].z[part] = resid, z
-            return
-        for fit, e, L, size in zip(fits, residuals, factors, layout.sizes):
-            fit.resid[part], fit.z[part] = chunk_heldout(L, layout.features(Ps[part, :size - r], Phi[part]), e[part],
-                                                         labels[part], overwrite=True)
+        # one panel of whole held-out blocks: slabs of blocks gathered by index took 1.4x as long at
+        # N = 20,000, M = 1,000 (the gathers, and triangular solves on fewer columns)
+        done = designs_heldout(system, layout.features(Ps[part], Phi[part]),
+                               [e[part] for e in residuals], layout.sizes, labels[part], overwrite=True)
+        for fit, (resid, z) in zip(fits, done):
+            fit.resid[part], fit.z[part] = resid, z
 
     heldout(slice(None) if rows is None else rows)
     return fits, (lambda: None) if rows is None else functools.partial(heldout, slice(rows.stop, None))
@@ -340,14 +352,21 @@ def chunk_heldout(L, Fc, e, labels, overwrite=False):
     return projection_deletion_residuals(e, G.T, labels)
 
 
-def normal_fit_on(quarters, parts, penalty, T):
-    """``fit_on(mask)`` for ``heldout.jackknife_bias`` from per-quarter normal matrices and
-    right-hand sides ``parts``: a mask made of whole quarters is fitted from their sums."""
-    def fit_on(mask):
-        inside = [i for i, q in enumerate(quarters) if mask[q].all()]
-        L, _ = cholesky_jitter(sum(parts[i][0] for i in inside) + penalty)
-        return linalg.cho_solve((L, True), sum(parts[i][1] for i in inside), check_finite=False)[:T]
-    return fit_on
+def designs_heldout(system, Fc, es, sizes, labels, overwrite=False):
+    """``chunk_heldout`` of nested designs at once, as (resid, z) per design: ``Fc`` holds the rows of F
+    in a :class:`NestedLayout` (design i is its first ``sizes[i]`` columns), ``es`` each design's
+    residuals there, and ``system`` is their :class:`NestedSystem`.  Shared factors give one panel
+    G = L^-1 Fc' for every design, and each block's b x b product is built up across the designs
+    (``heldout.nested_deletion_residuals``); otherwise each design has its own."""
+    if not system.shared:
+        return [chunk_heldout(L, Fc[:, :size], e, labels) for L, size, e in zip(system.factors, sizes, es)]
+    G = lower_solve(system.L_all, Fc.T, overwrite_b=overwrite)
+    by_size = np.argsort(sizes, kind="stable")
+    done = nested_deletion_residuals([es[j] for j in by_size], G.T, [sizes[j] for j in by_size], labels)
+    out = [None] * len(sizes)
+    for j, pair in zip(by_size, done):
+        out[j] = pair
+    return out
 
 
 # the most inducing draws ``choose_inducing`` tries
