@@ -246,6 +246,29 @@ def test_large_n_switches_to_inducing_points_says_so_and_stays_accurate(monkeypa
     assert abs(res.estimate - truth) < 3 * res.se
 
 
+@pytest.mark.parametrize("signal", [True, False])
+def test_inducing_ladder_grows_m_fourfold_and_keeps_the_m_after_which_the_error_stopped_falling(signal):
+    """A smooth integrand in five dimensions: the held-out error keeps falling, so the ladder climbs
+    to its cap (250, then 1,000).  Noise unrelated to the draws: no M explains it, so after one step
+    up the ladder keeps the smaller fit."""
+    from pymc_cv.core.nystrom import choose_inducing
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(4000, 5))
+    y = np.sin(x[:, 0]) + np.cos(x[:, 1]) + 0.1 * x[:, 2] ** 2 if signal else rng.normal(size=4000)
+    labels = fold_labels(4000, np.repeat([0, 1, 2, 3], 1000), 10)
+    problem = HeldoutProblem(x, -x, y[:, None], np.zeros(4000, dtype=int), 1, labels)
+    spec = KernelSpec(SquaredExponential(lengthscale=np.full(5, 2.0)), np.ones((1, 1)), 1e-6, [0])
+    choice = choose_inducing(problem, spec, np.random.default_rng(0))
+    (m1, e1), (m2, e2) = choice.path
+    assert (m1, m2) == (250, 1000)
+    if signal:
+        assert e2 < 0.9 * e1 and choice.m == 1000
+    else:
+        assert e2 > 0.9 * e1 and choice.m == 250
+    assert choice.fits[0].resid.shape == (4000, 1)
+
+
 def test_above_exact_max_n_a_factor_is_given_up_at_the_inducing_limit(monkeypatch):
     from pymc_cv.core import estimate, kernel_cv
 
