@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 
 import pymc_cv
+from pymc_cv.compat import scan_outputs
 
 logging.getLogger("pymc").setLevel(logging.ERROR)
 
@@ -82,8 +82,8 @@ def build_model(years, hare, lynx):
             return _rk4_step(v, H_MODEL, a, b, g, d, pt.stack)
 
         v0 = pt.exp(lv0)
-        traj, _ = pytensor.scan(step, outputs_info=[v0], n_steps=n_steps,
-                                non_sequences=[pt.exp(la), pt.exp(lb), pt.exp(lg), pt.exp(ld)])
+        traj = scan_outputs(step, outputs_info=[v0], n_steps=n_steps,
+                            non_sequences=[pt.exp(la), pt.exp(lb), pt.exp(lg), pt.exp(ld)])
         traj = pt.concatenate([v0[None], traj], axis=0)
         pm.LogNormal("hare", pt.log(traj[obs, 0]), pt.exp(ls[0]), observed=hare)
         pm.LogNormal("lynx", pt.log(traj[obs, 1]), pt.exp(ls[1]), observed=lynx)

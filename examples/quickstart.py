@@ -32,7 +32,7 @@ res = pymc_cv.vvcv_estimate(values, [x] * 5, [-x] * 5, B="learn")
 print(res)
 print("sum |error|: vv-CV %.2g, MC %.2g" % (np.abs(res.estimate - truths).sum(), np.abs(res.mc_estimate - truths).sum()))
 
-print("\nA PyMC model: Gamma-Poisson, 2 chains x 500 NUTS draws; exact posterior mean of lam = 23/7")
+print("\nA PyMC model: Gamma-Poisson, 4 chains x 1,000 NUTS draws; exact posterior mean of lam = 23/7")
 import logging  # noqa: E402
 
 import pymc as pm  # noqa: E402
@@ -41,7 +41,7 @@ logging.getLogger("pymc").setLevel(logging.ERROR)
 with pm.Model() as model:
     lam = pm.Gamma("lam", 2.0, 1.0)
     pm.Poisson("y", lam, observed=np.array([3, 5, 2, 4, 6, 1]))
-    idata = pm.sample(500, tune=500, chains=2, random_seed=1, progressbar=False)
+    idata = pm.sample(1000, tune=1000, chains=4, random_seed=1, progressbar=False)
 table = pymc_cv.summary(idata, model=model, var_names=["lam"], progressbar=False)
 print(table.to_string())
 print("error: MCMC %.2g, CV %.2g" % (abs(table["mean"].iloc[0] - 23 / 7), abs(table["cv_mean"].iloc[0] - 23 / 7)))

@@ -34,11 +34,11 @@ from pathlib import Path
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 from scipy import integrate, stats
 
 import pymc_cv
+from pymc_cv.compat import scan_outputs
 from pymc_cv.evidence import power_ladder, ti_from_arrays
 
 S_OBS = np.arange(11.0)
@@ -143,15 +143,6 @@ def _adaptive_quadrature(y, solver, zs, prior):
     return shift + np.log(val), err / val
 
 
-def _scan(fn, **kwargs):
-    """The scan's outputs.  Recent PyTensor (2.38, 3.x) takes return_updates=False and warns without
-    it; older versions (2.26) return (outputs, updates)."""
-    try:
-        return pytensor.scan(fn, return_updates=False, **kwargs)
-    except TypeError:
-        return pytensor.scan(fn, **kwargs)[0]
-
-
 def build_model(y, kind="van_der_pol"):
     """The van der Pol model (RK4 in a scan), or (kind="linear") the damped linear oscillator, whose
     solution is in closed form (:func:`damped_linear`)."""
@@ -173,7 +164,7 @@ def build_model(y, kind="van_der_pol"):
                 k4 = f(u + H * k3)
                 return u + H / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
-            traj = _scan(step, outputs_info=[pt.as_tensor(U0)], non_sequences=[x], n_steps=10 * STEPS_PER_UNIT)
+            traj = scan_outputs(step, outputs_info=[pt.as_tensor(U0)], non_sequences=[x], n_steps=10 * STEPS_PER_UNIT)
             u1 = pt.concatenate([pt.as_tensor(U0[:1]), traj[STEPS_PER_UNIT - 1 :: STEPS_PER_UNIT, 0]])
         pm.Normal("y", u1, NOISE, observed=y)
     return model

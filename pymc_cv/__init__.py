@@ -12,6 +12,8 @@ from .evidence import ti_from_arrays
 from .metacv import MetaCV
 from .summary import summary
 
+nutpie_with_gradients = _compat.nutpie_with_gradients
+
 # the core computes no ESS, R-hat or PSIS of its own: ArviZ's, for the installed ArviZ
 _install(diagnostics=_ArrayDiagnostics(_compat.ess_mean, _compat.ess_bulk, _compat.rhats, _compat.psis_khat),
          cluster_nystrom=_fit_nystrom_heldout_dask)
@@ -46,5 +48,5 @@ __version__ = "0.1.0"
 __all__ = [
     "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
     "ti_from_arrays", "ti_from_draws", "ti_from_pystan", "ti_from_population", "MetaCV", "from_pystan",
-    "from_cmdstanpy", "sample_population", "__version__",
+    "from_cmdstanpy", "sample_population", "nutpie_with_gradients", "__version__",
 ]

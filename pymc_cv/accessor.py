@@ -3,8 +3,11 @@
 Registered with xarray as arviz-stats registers ``azstats``, so post-processing reads like the
 rest of an ArviZ 1 workflow::
 
-    idata.cv.scores(model)          # pymc_cv.compute_scores(idata, model)
-    idata.cv.summary(["mu"])        # pymc_cv.summary(idata, ["mu"])
+    scored = idata.cv.scores(model)  # pymc_cv.compute_scores(idata, model, extend_inferencedata=False)
+    idata.cv.summary(["mu"])         # pymc_cv.summary(idata, ["mu"])
+
+As the accessors of xarray and arviz-stats, these leave ``idata`` as it is: ``scores`` returns a new
+DataTree (``extend_inferencedata=True`` adds the groups in place, PyMC's convention).
 
 On ArviZ 0.x ``pm.sample`` returns an ``InferenceData``, which has no accessors; call the
 functions directly there.
@@ -26,12 +29,14 @@ class CVAccessor:
     def __init__(self, datatree):
         self._obj = datatree
 
-    def scores(self, model=None, **kwargs):
-        """Add the unconstrained draws and the scores in place; see :func:`pymc_cv.compute_scores`."""
-        return compute_scores(self._obj, model, **kwargs)
+    def scores(self, model=None, *, extend_inferencedata=False, **kwargs):
+        """A new DataTree with the unconstrained draws and the scores (``extend_inferencedata=True``: added
+        to this one in place); see :func:`pymc_cv.compute_scores`."""
+        return compute_scores(self._obj, model, extend_inferencedata=extend_inferencedata, **kwargs)
 
     def summary(self, var_names=None, **kwargs):
-        """Plain and CV posterior means; see :func:`pymc_cv.summary`."""
+        """Plain and CV posterior means; see :func:`pymc_cv.summary` (inside ``with model:`` the scores are
+        that model's, where the DataTree holds none)."""
         return summary(self._obj, var_names, **kwargs)
 
 

@@ -30,7 +30,8 @@ import numpy as np
 __all__ = [
     "arviz_major", "is_inference_data", "group_names", "group", "with_groups", "dict_to_dataset", "from_dict",
     "ess_mean", "ess_bulk", "rhats", "mcse_mean", "rhat", "bfmi", "psis_khat", "labeller", "var_iter", "from_cmdstanpy",
-    "pystan_posterior", "setup_step", "compile_kwargs_for_deep_graphs",
+    "pystan_posterior", "pymc_major", "graph_ancestors", "scan_outputs", "bambi_response_term", "nutpie_with_gradients",
+    "setup_step", "compile_kwargs_for_deep_graphs",
 ]
 
 
@@ -495,6 +496,51 @@ def pystan_posterior(fit, posterior_model=None, **kwargs):
             arr = np.asarray(fit[stan_name]).reshape(n_draw, n_chain, order="F").T
             stats[az_name] = arr.astype(bool) if az_name == "diverging" else arr
     return from_dict({"posterior": posterior, "sample_stats": stats}, **kwargs)
+
+
+@functools.cache
+def pymc_major():
+    """6 on PyMC 6, 5 on PyMC 5."""
+    import pymc
+
+    return int(pymc.__version__.split(".")[0])
+
+
+def graph_ancestors(variables):
+    """PyTensor's ``ancestors`` (in ``pytensor.graph.traversal`` since 2.32; ``graph.basic`` before)."""
+    try:
+        from pytensor.graph.traversal import ancestors
+    except ImportError:
+        from pytensor.graph.basic import ancestors
+    return ancestors(variables)
+
+
+def scan_outputs(fn, **kwargs):
+    """``pytensor.scan``'s outputs alone: PyTensor 2.38 and 3 take ``return_updates=False`` (and warn without
+    it); older versions return (outputs, updates)."""
+    import pytensor
+
+    if "return_updates" in inspect.signature(pytensor.scan).parameters:
+        return pytensor.scan(fn, return_updates=False, **kwargs)
+    return pytensor.scan(fn, **kwargs)[0]
+
+
+def bambi_response_term(bmb_model):
+    """A Bambi model's response term (``Model.response_term`` from Bambi 0.18; ``response_component.term``,
+    deprecated there, before)."""
+    if hasattr(type(bmb_model), "response_term"):
+        return bmb_model.response_term
+    return bmb_model.response_component.term
+
+
+def nutpie_with_gradients():
+    """``pm.sample``'s keyword arguments that sample with nutpie and keep each draw's unconstrained point
+    and gradient: PyMC 6 passes ``store_unconstrained`` to nutpie itself (from ``idata_kwargs``) and takes
+    nutpie's options in ``nuts=``; PyMC 5 passes ``nuts_sampler_kwargs`` to nutpie as they are."""
+    if pymc_major() >= 6:
+        return {"nuts_sampler": "nutpie", "idata_kwargs": {"include_transformed": True},
+                "nuts": {"store_gradient": True}}
+    return {"nuts_sampler": "nutpie", "nuts_sampler_kwargs": {"store_unconstrained": True, "store_gradient": True}}
 
 
 def setup_step(step, rng, tune, draws):

@@ -21,7 +21,7 @@ import numpy as np
 from . import compat
 
 __all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels",
-           "has_stored_scores", "with_stored_scores"]
+           "has_stored_scores", "with_stored_scores", "recorded_sampler"]
 
 UNCONSTRAINED = "unconstrained_posterior"
 SCORE = "score"
@@ -29,7 +29,22 @@ SCORE = "score"
 # nutpie's record in sample_stats: the point of each draw on the unconstrained space and the
 # gradient of the log density it sampled there, one column per coordinate of that space
 _STORED_DRAW, _STORED_GRADIENT, _STORED_DIM = "unconstrained_draw", "gradient", "unconstrained_parameter"
-STORED_BACKEND = "the sampler's stored gradients (nutpie's store_gradient=True)"
+
+
+def recorded_sampler(idata):
+    """The sampler named in the posterior's attributes (``"nutpie 0.16.11"``, ``"pymc 5.28.5"``), or None."""
+    attrs = compat.group(idata, "posterior").attrs
+    library = attrs.get("inference_library")
+    if not library:
+        return None
+    version = attrs.get("inference_library_version")
+    return f"{library} {version}" if version else str(library)
+
+
+def stored_backend(idata):
+    """``score_backend`` of scores read from the sampler's own record."""
+    sampler = recorded_sampler(idata) or "nutpie"
+    return f"the sampler's stored gradients ({sampler}, store_gradient=True)"
 
 
 def with_cv_groups(idata, unconstrained, scores, dims=None, coords=None, attrs=None):
@@ -50,8 +65,9 @@ def stacked_draws_and_scores(idata):
     for group in (UNCONSTRAINED, SCORE):
         if group not in compat.group_names(idata):
             raise ValueError(
-                f"idata has no '{group}' group. Call pymc_cv.compute_scores(idata, model) for a PyMC "
-                "fit, or pymc_cv.from_cmdstanpy / from_pystan for a Stan fit (or pass model= to summary)."
+                f"idata has no '{group}' group{_what_nutpie_kept(idata)}. Pass model= (the PyMC or Bambi model "
+                "that was sampled) to summary, or call pymc_cv.compute_scores(idata, model) for a PyMC fit, or "
+                "pymc_cv.from_cmdstanpy / from_pystan for a Stan fit."
             )
     unc, sco = compat.group(idata, UNCONSTRAINED), compat.group(idata, SCORE)
     names = list(unc.data_vars)
@@ -71,6 +87,22 @@ def stacked_draws_and_scores(idata):
         X.append(x.reshape(n_chain, n_draw, k))
         S.append(s.reshape(n_chain, n_draw, k))
     return np.concatenate(X, axis=2), np.concatenate(S, axis=2)
+
+
+def _what_nutpie_kept(idata):
+    """Why a nutpie idata has no stored scores, and the sampling call that keeps them ("" for other samplers)."""
+    if "sample_stats" not in compat.group_names(idata) or "nutpie" not in str(recorded_sampler(idata)):
+        return ""
+    stats = compat.group(idata, "sample_stats")
+    kept = [k for k in (_STORED_DRAW, _STORED_GRADIENT) if k in stats.data_vars]
+    if len(kept) == 2:
+        return ""
+    what = {(): "neither its unconstrained draws nor its gradients", (_STORED_GRADIENT,): "its gradients but not "
+            "its unconstrained draws", (_STORED_DRAW,): "its unconstrained draws but not its gradients"}[tuple(kept)]
+    return (f", and nutpie kept {what}: sample with pm.sample(**pymc_cv.nutpie_with_gradients()) (PyMC 6: "
+            "nuts_sampler='nutpie', idata_kwargs={'include_transformed': True}, nuts={'store_gradient': True}; "
+            "PyMC 5: nuts_sampler_kwargs={'store_unconstrained': True, 'store_gradient': True}) and no model is "
+            "needed")
 
 
 def coordinate_labels(idata):
@@ -142,7 +174,7 @@ def with_stored_scores(idata, layout=None, dims=None, coords=None):
         scores[name] = grads[:, :, cols].reshape(draws.shape[:2] + tuple(shape))
         start += size
     return with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords,
-                          attrs={"score_backend": STORED_BACKEND})
+                          attrs={"score_backend": stored_backend(idata)})
 
 
 def stored_names(name, shape):

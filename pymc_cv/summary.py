@@ -15,7 +15,7 @@ from .cluster import check_client, map_units
 from .convergence import divergence_allowance, divergence_note, energy_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
-from .core.score_check import CheckOutcome, apply_stein_check
+from .core.score_check import CheckOutcome, ScoreMismatchError, apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
 from .core.standard_errors import mcse_mean
 from .idata_groups import (
@@ -323,6 +323,8 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         Used to compute the scores when ``data`` does not have them (keyword only, as the
         second positional argument is ``var_names``, like ``az.summary``); see
         :func:`compute_scores`.  A warning when ``data`` already holds scores (they are used).
+        Default: the sampler's stored gradients when it kept them, else the model of the enclosing
+        ``with model:`` block.
     integrands : dict of name -> callable, optional
         Each callable takes the posterior (an xarray Dataset: ``np.asarray(post[name])`` is
         ``(chain, draw, *shape)``) and returns ``(chain, draw, *out)``.  Extra ``out`` dims are tasks
@@ -369,7 +371,9 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         estimate to the second significant digit of its standard error (``cv_mean`` often to more
         digits than ``mean``), the standard errors to two, the ESS as integers, and only the compact,
         CV-first set of columns (see Returns); "none": a plain DataFrame of raw values; an int:
-        the float columns rounded to that many decimals, as ``az.summary``'s.
+        the float columns rounded to that many decimals, as ``az.summary``'s, but the standard
+        errors (the ``mcse`` columns) to that many significant digits: a CV's se of 1e-7 is not
+        shown as 0.
     check_scores : bool
         Check the scores against the draws first (see :func:`cv_estimate`): an error when they
         fail the Stein identities by far, ``se_reliable=False`` and a note when mildly; and, when
@@ -468,7 +472,17 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     post = _read_posterior(idata, var_names, integrands)  # from here on, arrays only
     X, S, rows, task_groups = post.draws, post.scores, post.rows, post.task_groups
-    flagged, divergent, widening = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
+    try:
+        flagged, divergent, widening = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
+    except ScoreMismatchError as err:
+        untransformed = compat.group(idata, SCORE).attrs.get("untransformed_bounded")
+        if not untransformed:
+            raise
+        raise ScoreMismatchError(
+            f"{untransformed} sampled on a bounded support without a transform (transform=None or "
+            "default_transform=None): the density need not vanish at the boundary, so Stein's identities, on "
+            "which every control variate rests, fail there. Sample with PyMC's default transform (drop "
+            f"transform=None / default_transform=None). The check: {err}") from None
     _warn_unused(method, B, metacv, tasks, task_groups)
     every_row = rows + [(lab, v) for labels, vals in task_groups for lab, v in zip(labels, vals)]  # table order
     units = [u for u in _units(tasks, method, rows, task_groups, every_row) if u[0]]
@@ -533,12 +547,22 @@ def _with_scores(idata, model, progressbar, compile_kwargs=None, check_logp=True
                 warnings.warn("compile_kwargs= not used: the sampler's stored gradients are used and nothing is "
                               "compiled.", UserWarning, stacklevel=3)
             return with_stored_scores(idata)
-        stacked_draws_and_scores(idata)  # raises, saying how to get the scores
+        model = _context_model()
+        if model is None:
+            stacked_draws_and_scores(idata)  # raises, saying how to get the scores
     elif compile_kwargs is not None and has_stored_scores(idata):
         warnings.warn("compile_kwargs= not used: the sampler's stored gradients are used and nothing is compiled.",
                       UserWarning, stacklevel=3)
     return compute_scores(idata, model, extend_inferencedata=False, progressbar=progressbar,
                           compile_kwargs=compile_kwargs, check_logp=check_logp)
+
+
+def _context_model():
+    """The model of an enclosing ``with model:`` block, or None (PyMC is not imported for this)."""
+    import sys
+
+    pm = sys.modules.get("pymc")
+    return None if pm is None else pm.Model.get_context(error_if_none=False)
 
 
 def _collect_rows(idata, var_names, integrands, n_chain, n_draw):
@@ -908,6 +932,15 @@ def _cv_ess(table, results):
     return out
 
 
+def _significant(values, digits):
+    """``values`` rounded to ``digits`` significant digits (at least one); zero, nan and inf as they are."""
+    out = np.array(values, dtype=float)
+    ok = np.isfinite(out) & (out != 0)
+    scale = 10.0 ** (np.floor(np.log10(np.abs(out[ok]))) - (max(int(digits), 1) - 1))
+    out[ok] = np.round(out[ok] / scale) * scale
+    return out
+
+
 def _table(records, results, notes, kind="all", round_to="auto", ci_prob=0.94, cv_interval=False):
     """The DataFrame of ``records`` (``kind`` of columns, rounded to ``round_to`` decimals, the interval
     named as the installed ArviZ names it); notes that concern every row flag every row's se (``notes``
@@ -932,7 +965,10 @@ def _table(records, results, notes, kind="all", round_to="auto", ci_prob=0.94, c
         table = SummaryTable(table)
     elif not isinstance(round_to, str):
         numeric = table.select_dtypes("float").columns
-        table[numeric] = table[numeric].round(round_to)
+        errors = [c for c in numeric if "mcse" in c]
+        table[errors] = table[errors].apply(lambda col: _significant(col.to_numpy(), round_to))
+        plain = [c for c in numeric if c not in errors]
+        table[plain] = table[plain].round(round_to)
     table.attrs["cv_results"] = results
     table.attrs["notes"] = list(wide) + list(rows) + row_notes
     return table

@@ -75,10 +75,20 @@ def test_datatree_accessor_runs_the_workflow_of_pm_sample():
         idata = pm.sample(300, tune=300, chains=2, progressbar=False, random_seed=0,
                           compute_convergence_checks=False)
     assert isinstance(idata, xr.DataTree)
-    out = idata.cv.scores(model, progressbar=False)
-    assert out is idata and isinstance(out, xr.DataTree) and "score" in idata.children
-    table = idata.cv.summary(["mu"], progressbar=False)
     exact = y.sum() / (y.size + 0.25)  # conjugate posterior mean
+    # as xarray's accessors, scores leaves the DataTree as it is unless told to extend it
+    out = idata.cv.scores(model, progressbar=False)
+    assert out is not idata and isinstance(out, xr.DataTree) and "score" in out.children
+    assert "score" not in idata.children
+    with pytest.raises(ValueError, match="Pass model="):
+        idata.cv.summary(["mu"], progressbar=False)
+    with model:  # the enclosing model's scores, as compute_scores takes them
+        table = idata.cv.summary(["mu"], progressbar=False)
+    assert abs(table.loc["mu", "cv_mean"] - exact) < 1e-8
+    assert "score" not in idata.children
+    same = idata.cv.scores(model, extend_inferencedata=True, progressbar=False)
+    assert same is idata and "score" in idata.children
+    table = idata.cv.summary(["mu"], progressbar=False)
     assert abs(table.loc["mu", "cv_mean"] - exact) < 1e-8
     # summary on a DataTree without scores leaves it as it was
     fresh = pm.sample(100, tune=100, chains=2, progressbar=False, random_seed=1, compute_convergence_checks=False,

@@ -159,6 +159,12 @@ def test_kind_and_round_to_lay_out_the_table_as_arviz(hierarchical):
     diag = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="diagnostics")
     assert {"mcse_mean", "cv_mcse", "ess_bulk", "r_hat", "se_reliable"} <= set(diag.columns)
     assert not {"mean", "cv_mean"} & set(diag.columns)
+    # round_to=2: the standard errors keep two significant digits (a CV's se is far below 0.005)
+    rounded = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, round_to=2)
+    se = full.loc["mu", "cv_mcse"]
+    assert 0 < se < 0.005 and rounded.loc["mu", "cv_mcse"] == float(f"{se:.1e}")
+    assert rounded.loc["mu", "mcse_mean"] == float(f"{full.loc['mu', 'mcse_mean']:.1e}")
+    assert rounded.loc["mu", "cv_mean"] == round(full.loc["mu", "cv_mean"], 2)
     with pytest.raises(ValueError, match="kind='hdi'"):
         pymc_cv.summary(idata, model=model, kind="hdi", progressbar=False)
     with pytest.raises(TypeError, match="round_to"):

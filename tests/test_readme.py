@@ -71,14 +71,46 @@ def test_readme_bambi_example():
     assert table["se_reliable"].all() or any("unreliable" in n for n in table.attrs["notes"])
 
 
+# the README's nutpie call is PyMC 6's; the text beside it gives PyMC 5's
+_NUTPIE_PYMC6 = 'idata_kwargs={"include_transformed": True},\n                      nuts={"store_gradient": True}'
+_NUTPIE_PYMC5 = 'nuts_sampler_kwargs={"store_unconstrained": True, "store_gradient": True}'
+
+
 def test_readme_nutpie_example():
     pytest.importorskip("nutpie")
+    from pymc_cv import compat
+
+    code = _example("Samplers, Bambi, and the checks before any fit", 1)
+    assert _NUTPIE_PYMC6 in code and _NUTPIE_PYMC5 in README
+    if compat.pymc_major() < 6:
+        code = code.replace(_NUTPIE_PYMC6, _NUTPIE_PYMC5)
     namespace = {}
-    exec(compile(_example("Samplers, Bambi, and the checks before any fit", 1), "README.md (nutpie)", "exec"),
-         namespace)
+    exec(compile(code, "README.md (nutpie)", "exec"), namespace)
     table = namespace["table"]
-    assert table.attrs["score_backend"].startswith("the sampler's stored gradients")
+    shown = re.search(r"# (the sampler's stored gradients \(nutpie) [^,]+(, store_gradient=True\))", code)
+    assert table.attrs["score_backend"].startswith(shown.group(1))
+    assert table.attrs["score_backend"].endswith(shown.group(2))
     _check(table)
+
+
+def test_nutpie_with_gradients_keeps_the_draws_and_gradients():
+    """The helper's keyword arguments make pm.sample keep nutpie's unconstrained draws and gradients on the
+    installed PyMC; without them summary says which call keeps them."""
+    pytest.importorskip("nutpie")
+    import pymc as pm
+
+    import pymc_cv
+
+    with pm.Model():
+        pm.Normal("mu", 0, 1)
+        kept = pm.sample(200, tune=200, chains=2, progressbar=False, random_seed=2, compute_convergence_checks=False,
+                         **pymc_cv.nutpie_with_gradients())
+        plain = pm.sample(200, tune=200, chains=2, progressbar=False, random_seed=2, compute_convergence_checks=False,
+                          nuts_sampler="nutpie")
+    table = pymc_cv.summary(kept, progressbar=False)
+    assert abs(table.loc["mu", "cv_mean"]) < 1e-6  # the N(0, 1) mean, exact for ZV-1
+    with pytest.raises(ValueError, match=r"nutpie kept neither .*pymc_cv.nutpie_with_gradients\(\)"):
+        pymc_cv.summary(plain, progressbar=False)
 
 
 def _readme_model_log_evidence():

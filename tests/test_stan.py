@@ -122,6 +122,8 @@ def test_cmdstanpy_fit_from_csv_gets_the_same_scores(posterior, tmp_path):
     assert abs(table.loc["p", "cv_mean"] - TRUTH["p"]) < 3 * table.loc["p", "cv_mcse"] + 1e-6
     with pytest.raises(ValueError, match="needs the Stan program"):
         pymc_cv.from_cmdstanpy(csv_fit)
+    with pytest.raises(ValueError, match=r"does not build with the data \(no data= was given\).* Pass data= "):
+        pymc_cv.from_cmdstanpy(csv_fit, model=str(PROGRAM))
     # the same program with other data: Stan's recorded lp__ says the draws were not sampled from it
     from pymc_cv.core.density_check import DrawsModelMismatchError
 

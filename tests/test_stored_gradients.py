@@ -11,8 +11,6 @@ from pymc_cv.idata_groups import has_stored_scores, stored_names, with_stored_sc
 
 pm = pytest.importorskip("pymc")
 
-_STORED = dict(store_unconstrained=True, store_gradient=True)
-
 
 def _dirichlet_model():
     counts = np.array([5, 2, 9])
@@ -108,8 +106,8 @@ def test_nutpie_stored_gradients_are_the_model_s_scores():
     pytest.importorskip("nutpie")
     model, exact = _dirichlet_model()
     with model:
-        idata = pm.sample(1000, tune=500, chains=2, random_seed=5, progressbar=False, nuts_sampler="nutpie",
-                          nuts_sampler_kwargs=_STORED, compute_convergence_checks=False)
+        idata = pm.sample(1000, tune=500, chains=2, random_seed=5, progressbar=False,
+                          compute_convergence_checks=False, **pymc_cv.nutpie_with_gradients())
     stored = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
     computed = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False,
                                       stored_gradients=False)
@@ -119,7 +117,11 @@ def test_nutpie_stored_gradients_are_the_model_s_scores():
         np.testing.assert_allclose(stored["unconstrained_posterior"][v.name].values,
                                    computed["unconstrained_posterior"][v.name].values, rtol=1e-12)
     table = pymc_cv.summary(idata, progressbar=False)
-    assert table.attrs["score_backend"].startswith("the sampler's stored gradients")
+    assert table.attrs["score_backend"].startswith("the sampler's stored gradients (nutpie ")
+    import nutpie
+
+    backend = compat.group(computed, "score").attrs["score_backend"]
+    assert backend.endswith(f"at the draws nutpie {nutpie.__version__} sampled")
     for row, value in exact.items():
         assert abs(table.loc[row, "cv_mean"] - value) <= 3 * table.loc[row, "cv_mcse"] + 1e-9, row
     assert table.loc["mu", "variance_reduction"] > 100
@@ -136,8 +138,9 @@ def test_bambi_fit_by_nutpie_keeps_the_draws_its_sampler_made():
     df = pd.DataFrame({"x": rng.normal(3.0, 1.0, 60)})
     df["y"] = 1.0 + 2.0 * df.x + rng.normal(0.0, 1.0, 60)
     model = bmb.Model("y ~ x", df)
-    idata = model.fit(inference_method="nutpie", draws=500, tune=500, chains=2, random_seed=1,
-                      nuts_sampler_kwargs=_STORED, progressbar=False)
+    stored = {k: v for k, v in pymc_cv.nutpie_with_gradients().items() if k != "nuts_sampler"}
+    idata = model.fit(inference_method="nutpie", draws=500, tune=500, chains=2, random_seed=1, progressbar=False,
+                      **stored)
     stored = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False)
     computed = pymc_cv.compute_scores(idata, model, extend_inferencedata=False, progressbar=False,
                                       stored_gradients=False)

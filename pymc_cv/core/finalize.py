@@ -332,8 +332,7 @@ def _report(j, y, c, plain_mean, candidates, rule, notes, capped=None):
         return plain._replace(variance_reduction=(mcse / a.se) ** 2, resid=(y - mc) - np.mean(y - mc)), None
     if vr <= 1.0:
         notes.append(f"{_label(kind, j)}: {name} did not beat plain MC on held-out draws "
-                     f"(variance reduction {vr:.2f}); its se is the held-out one. Prefer "
-                     "method='auto' or 'mc'.")
+                     f"(variance reduction {vr:.2f}); its estimate is kept, with the held-out se.")
     z = a.cand.z[a.i] if isinstance(a.cand.z, list) else a.cand.z[:, a.i]
     khat = residual_khat(z) if rule.khat else np.nan
     line = Reported(float(a.cand.estimate[a.i]), a.se, mc, mcse, name, vr, khat, a.cand.info,

@@ -9,6 +9,8 @@ score is t grad log p(y|x) + grad log p(x).
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -18,7 +20,8 @@ from ..core import cv_estimate, pipeline, vvcv_estimate
 from ..core.standard_errors import mcse_mean
 from .weighted_rung import weighted_moments
 
-__all__ = ["METHODS", "RungArrays", "RungMoments", "rung_moments", "concat_moments", "check_rung_counts"]
+__all__ = ["METHODS", "RungArrays", "RungMoments", "rung_moments", "concat_moments", "check_rung_counts",
+           "check_cv_options"]
 
 # name -> what it is; "cti" is controlled thermodynamic integration (Oates, Papamarkou and
 # Girolami 2016): zero-variance CVs at every rung, the polynomial order chosen on held-out draws as
@@ -33,6 +36,31 @@ METHODS = {
     "vvcv": "vector-valued CVs across groups of neighbouring rungs",
 }
 _CV_METHOD = {"cti": "zv", "cf": "cf", "secf": "secf", "auto": "auto"}
+
+
+def _rung_cv_options():
+    """The keyword arguments every rung's CV fit takes from the caller: those both estimators accept, less
+    the ones the rungs set themselves."""
+    def keywords(fn):
+        return {name for name, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY
+                or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)}
+    return sorted((keywords(cv_estimate) & keywords(vvcv_estimate)) - {"method", "B", "chain", "random_seed"})
+
+
+def check_cv_options(options, caller):
+    """Raise a ``TypeError`` naming the caller for a keyword argument that is neither the caller's own nor
+    one the rungs' CV fits take (a misspelt ``draws=`` would otherwise reach ``cv_estimate``)."""
+    accepted = _rung_cv_options()
+    unknown = [name for name in options if name not in accepted]
+    if not unknown:
+        return
+    own = [name for name, p in inspect.signature(caller).parameters.items() if p.kind is not p.VAR_KEYWORD]
+    name = unknown[0]
+    close = difflib.get_close_matches(name, own + accepted, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise TypeError(f"{caller.__name__}() got an unexpected keyword argument {name!r}{hint}. Its own arguments "
+                    f"are {', '.join(own)}; besides them it passes these to every rung's control variates: "
+                    f"{', '.join(a for a in accepted if a not in own)}.")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from ..progress import progress_bar
 from .quadrature import RULES, integrate, quadrature_error, quadrature_weights
 from .result import TIResult
 from .reweighting import reweighted_ladder
-from .rung_moments import METHODS, check_rung_counts, concat_moments, rung_moments
+from .rung_moments import METHODS, check_cv_options, check_rung_counts, concat_moments, rung_moments
 from .stepping_stone import PRIOR_TI_ESS, SINGULAR_KHAT, prior_reach, singular_start, stepping_stone
 
 __all__ = ["ti_from_arrays", "TISettings", "estimate_log_evidence", "estimate_from_rungs", "shared_iteration_factor"]
@@ -402,6 +402,7 @@ def ti_from_arrays(temperatures, loglik, samples, grad_loglik, grad_logprior, *,
     True
     """
     t = np.asarray(temperatures, dtype=float)
+    check_cv_options(options, ti_from_arrays)
     settings = TISettings(method, rule, group_size, B, progressbar, random_seed, refine, options)
     return estimate_log_evidence(t, loglik, samples, grad_loglik, grad_logprior, chain, settings, weights=weights,
                                  prior_loglik=prior_loglik, shared_iterations=shared_iterations)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import compat
+
 # Bambi and xarray load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
 __all__ = ["is_bambi_model", "pymc_model", "sampled_posterior"]
@@ -121,7 +123,7 @@ def sampled_posterior(bmb_model, post):
         names = [get_aliased_name(t) for t in term.common_terms.values()]
         name = get_aliased_name(term.intercept_term)
         # a response with categories (categorical, multinomial) has an intercept and slopes per category
-        dims = ("chain", "draw") + tuple(bmb_model.response_component.term.coords or ())
+        dims = ("chain", "draw") + tuple(compat.bambi_response_term(bmb_model).coords or ())
         if out is post:
             out = post.copy()
         out[name] = out[name] + xr.DataArray(_coefficients(post, names, dims) @ means, dims=dims)

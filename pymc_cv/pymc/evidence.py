@@ -26,7 +26,7 @@ from ..evidence.importance import importance_evidence, weigh_importance
 from ..evidence.ladder import power_ladder, refine_ladder
 from ..evidence.pipeline import GroupFitter
 from ..evidence.quadrature import RULES
-from ..evidence.rung_moments import METHODS, RungArrays
+from ..evidence.rung_moments import METHODS, RungArrays, check_cv_options
 from ..evidence.thermodynamic_integration import TISettings, estimate_from_rungs
 from .population import population_group, population_ladder, run_population, value_draws
 from .tempering import (
@@ -127,6 +127,7 @@ def ti_from_population(idata, model=None, *, method="vvcv", rule="corrected", gr
     >>> bool(abs(res.log_evidence - (-0.5 * np.log(4 * np.pi))) < 3 * res.se + 1e-3)
     True
     """
+    check_cv_options(options, ti_from_population)
     settings = TISettings(method, rule, group_size, B, progressbar, random_seed, refine, options)
     return _estimate_population(idata, model, settings, compile_kwargs)
 
@@ -238,6 +239,7 @@ def ti_from_draws(idatas, temperatures, model, *, method="vvcv", rule="corrected
     True
     """
 
+    check_cv_options(options, ti_from_draws)
     t = np.asarray(temperatures, dtype=float)
     if len(idatas) != t.size:
         raise ValueError(f"{len(idatas)} InferenceData for {t.size} temperatures; pass one per rung.")
@@ -379,6 +381,7 @@ def thermodynamic_integration(model, temperatures=None, *, draws=None, tune=None
     True
     """
 
+    check_cv_options(options, thermodynamic_integration)
     check_temperable(model)
     sampler, chosen = _resolve_sampler(sampler, temperatures, client,
                                        {"draws": draws, "tune": tune, "chains": chains, "method": method})

@@ -23,6 +23,7 @@ from ..idata_groups import (
     SCORE,
     UNCONSTRAINED,
     has_stored_scores,
+    recorded_sampler,
     stored_labels,
     stored_names,
     with_cv_groups,
@@ -356,11 +357,31 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
             stacklevel=2,
         )
     dims, coords = dims_and_coords(model, shapes)
-    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords,
-                         attrs={"score_backend": "pymc (the gradient function PyMC's NUTS compiles)"})
+    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords, attrs=_score_attrs(idata, model))
     if not extend_inferencedata:
         return new
     return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
+
+
+def untransformed_bounded(model):
+    """Free variables sampled on a bounded support without the transform PyMC would give them
+    (``transform=None`` / ``default_transform=None``): the density need not vanish at the boundary there,
+    so Stein's identities, on which every control variate rests, need not hold."""
+    from pymc.distributions.transforms import _default_transform
+
+    return [rv.name for rv in model.free_RVs
+            if model.rvs_to_transforms.get(rv) is None and _default_transform(rv.owner.op, rv) is not None]
+
+
+def _score_attrs(idata, model):
+    """The score group's attributes: ``score_backend`` (the model's gradient, and whose draws it was taken
+    at) and the variables :func:`untransformed_bounded` names, for the error of a failed Stein check."""
+    sampler = recorded_sampler(idata)
+    at = f"at the draws {sampler} sampled" if sampler else "at the draws (the sampler is not recorded in the idata)"
+    attrs = {"score_backend": f"pymc (the model's log density gradient, compiled by pymc-cv) {at}"}
+    if untransformed_bounded(model):
+        attrs["untransformed_bounded"] = ", ".join(untransformed_bounded(model))
+    return attrs
 
 
 def _stored_scores(idata, model):

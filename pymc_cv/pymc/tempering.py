@@ -39,6 +39,14 @@ def check_temperable(model):
     if not model.observed_RVs:
         raise ValueError("The model has no observed variables, so there is no likelihood to temper; "
                          "pass the model with its data (observed=...).")
+    from pymc.distributions.continuous import FlatRV, HalfFlatRV
+
+    improper = [rv.name for rv in model.free_RVs if isinstance(rv.owner.op, (FlatRV, HalfFlatRV))]
+    if improper:
+        raise ValueError(
+            f"{improper} have improper priors (pm.Flat / pm.HalfFlat): the evidence p(y) = int p(y|x) p(x) dx "
+            "is not defined for them, and no prior draws exist to start the ladder from. Give each a proper "
+            "prior on the scale you believe (e.g. pm.Normal(name, 0, 10), pm.HalfNormal(name, 10)).")
     if model.potentials:
         names = [p.name for p in model.potentials]
         raise ValueError(
@@ -293,12 +301,11 @@ def _prior_sampler(model, draws):
 
 def _batched_prior(rvs, draws):
     from pymc.distributions.shape_utils import change_dist_size
-    from pytensor.graph.basic import ancestors
     from pytensor.graph.replace import vectorize_graph
 
     free = set(rvs)
     roots = {v: change_dist_size(v, (draws,), expand=True) for v in rvs
-             if not any(a in free for a in ancestors(v.owner.inputs))}
+             if not any(a in free for a in compat.graph_ancestors(v.owner.inputs))}
     return vectorize_graph(rvs, replace=roots)
 
 

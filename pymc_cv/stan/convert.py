@@ -405,6 +405,7 @@ def from_cmdstanpy(fit, model=None, data=None, *, diagnostic_files=None, progres
     >>> idata.score.attrs["score_backend"]                                         # doctest: +SKIP
     "pystan (httpstan extension module); CmdStan's log_prob not used"
     """
+    _check_cmdstan_fit(fit)
     files = _latent_dynamics_files(fit, diagnostic_files)
     if files:
         idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
@@ -416,10 +417,27 @@ def from_cmdstanpy(fit, model=None, data=None, *, diagnostic_files=None, progres
     stan = _import_stan()
     code, data = _program_and_data(model, data)
     idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
-    density = _StanDensity(_build(stan, code, data))
+    try:
+        built = _build(stan, code, data)
+    except RuntimeError as err:  # httpstan's message for data that do not fit the program's data block
+        given = "no data= was given" if not data else f"data= has {sorted(data)}"
+        raise ValueError(f"The Stan program does not build with the data ({given}): {err}. Pass data= the dict "
+                         "or JSON file path the fit was sampled with.") from err
+    density = _StanDensity(built)
     X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
     _check_recorded_logp(density, idata, X)
     return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
+
+
+def _check_cmdstan_fit(fit):
+    try:
+        from cmdstanpy import CmdStanMCMC
+    except ImportError as err:
+        raise ImportError("from_cmdstanpy reads CmdStanPy fits: pip install cmdstanpy (or pymc-cv[stan]).") from err
+    if not isinstance(fit, CmdStanMCMC):
+        raise TypeError(f"fit= is a {type(fit).__name__}, not a CmdStanPy fit: pass the CmdStanMCMC that "
+                        "CmdStanModel.sample() returned, or cmdstanpy.from_csv(...) of its CSV files. For a "
+                        "PyStan fit use pymc_cv.from_pystan(fit, posterior).")
 
 
 # CmdStan writes 6 or 8 significant digits unless sampled with sig_figs=: scores rounded there move

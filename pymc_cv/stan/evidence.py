@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from ..evidence.rung_moments import check_cv_options
 from ..evidence.thermodynamic_integration import TISettings, estimate_from_rungs
 from .convert import PowerPosteriorTerms
 
@@ -63,5 +64,6 @@ def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="tempe
     start = time.perf_counter()
     terms = PowerPosteriorTerms(program_code, data, temperature)
     rungs = [terms(fit) for fit in fits]
+    check_cv_options(options, ti_from_pystan)
     settings = TISettings(method, rule, group_size, B, progressbar, random_seed, None, options)
     return estimate_from_rungs(t, rungs, settings, terms=time.perf_counter() - start)
