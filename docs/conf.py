@@ -1,6 +1,10 @@
 """Sphinx configuration of the pymc-cv documentation (``pip install -e ".[docs]"``, then
 ``sphinx-build -W --keep-going -b html docs docs/_build/html``)."""
 
+import json
+import os
+from pathlib import Path
+
 import pymc_cv
 
 project = "pymc-cv"
@@ -19,9 +23,23 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "notebooks/README.md"]
 
-# the notebooks are executed by the test suite (nbmake); here they are shown as stored, which in CI is
-# with the outputs of that run (nbmake --overwrite).  The samplers' progress on stderr is left out.
-nb_execution_mode = "off"
+# the notebooks are executed by the test suite (nbmake), which in CI writes their outputs into them
+# (--overwrite); a notebook stored without any output (a fresh clone) is executed here, in the short form
+# the tests use.  myst-nb's "auto" would also rerun a notebook whose import cell alone has no output.
+os.environ.setdefault("PYMC_CV_NB_FAST", "1")
+
+
+def _has_outputs(notebook):
+    cells = json.loads(notebook.read_text())["cells"]
+    return any(cell.get("outputs") for cell in cells if cell["cell_type"] == "code")
+
+
+nb_execution_mode = "force"
+nb_execution_excludepatterns = [f"notebooks/{nb.name}" for nb in sorted(Path(__file__).parent.glob("notebooks/*.ipynb"))
+                                if _has_outputs(nb)]
+nb_execution_timeout = 1200
+nb_execution_raise_on_error = True
+# The samplers' progress on stderr is left out.
 nb_output_stderr = "remove"
 nb_merge_streams = True
 myst_enable_extensions = ["dollarmath"]

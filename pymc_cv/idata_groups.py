@@ -20,11 +20,16 @@ import numpy as np
 
 from . import compat
 
-__all__ = ["UNCONSTRAINED", "SCORE", "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels",
+__all__ = ["UNCONSTRAINED", "SCORE", "PAIRING", "CHECKED", "SKIPPED", "UNCHECKED",
+           "with_cv_groups", "stacked_draws_and_scores", "coordinate_labels",
            "has_stored_scores", "with_stored_scores", "recorded_sampler"]
 
 UNCONSTRAINED = "unconstrained_posterior"
 SCORE = "score"
+# the score group's attribute that says what showed the draws to be of the model the scores are of, and
+# how its value starts: checked, skipped by the caller, or not possible with what the idata holds
+PAIRING = "pairing_check"
+CHECKED, SKIPPED, UNCHECKED = "checked: ", "skipped: ", "not possible: "
 
 # nutpie's record in sample_stats: the point of each draw on the unconstrained space and the
 # gradient of the log density it sampled there, one column per coordinate of that space
@@ -174,7 +179,8 @@ def with_stored_scores(idata, layout=None, dims=None, coords=None):
         scores[name] = grads[:, :, cols].reshape(draws.shape[:2] + tuple(shape))
         start += size
     return with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords,
-                          attrs={"score_backend": stored_backend(idata)})
+                          attrs={"score_backend": stored_backend(idata),
+                                 PAIRING: CHECKED + "the draws and gradients are the sampler's own record"})
 
 
 def stored_names(name, shape):

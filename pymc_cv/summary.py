@@ -18,8 +18,11 @@ from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_
 from .core.score_check import CheckOutcome, ScoreMismatchError, apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
 from .core.standard_errors import mcse_mean
+from .core.uncertainty import heavy_tail_note, moment_tail_notes
 from .idata_groups import (
+    PAIRING,
     SCORE,
+    UNCHECKED,
     UNCONSTRAINED,
     coordinate_labels,
     has_stored_scores,
@@ -295,12 +298,14 @@ def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94, erro
                   [cv_quantile(values, more.plan, i, more.column, fit, m, more.residual_se)
                    for i, (fit, m) in enumerate(zip(more.steps, mcse_q))])
     lo, hi = bounds
+    tails = [f"{moment}: {note}" for moment, note in zip(("mean", "sd"), moment_tail_notes(values)) if note]
     return _Row(label, float(np.mean(values)), errors.mean, float(at(res.estimate)), float(at(res.se)),
-                float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)),
+                float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)) and not tails,
                 float(np.std(values, ddof=1)), float(mcse_sd), spread.sd, spread.se, spread.variance_reduction,
                 spread.method, float(np.quantile(values, probs[0])), float(np.quantile(values, probs[1])),
                 float(mcse_q[0]), float(mcse_q[1]), lo.value, hi.value, lo.se, hi.se,
-                notes=(f"sd: {spread.note}",) if spread.note else (), method_bounds=(lo.method, hi.method))
+                notes=((f"sd: {spread.note}",) if spread.note else ()) + tuple(tails),
+                method_bounds=(lo.method, hi.method))
 
 
 @compat.diagnosing_once
@@ -483,6 +488,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
             "default_transform=None): the density need not vanish at the boundary, so Stein's identities, on "
             "which every control variate rests, fail there. Sample with PyMC's default transform (drop "
             f"transform=None / default_transform=None). The check: {err}") from None
+    unpaired = _unchecked_pairing_note(compat.group(idata, SCORE).attrs)
+    if unpaired:
+        warnings.warn(unpaired, UserWarning, stacklevel=2)
+        flagged = flagged + [unpaired]
     _warn_unused(method, B, metacv, tasks, task_groups)
     every_row = rows + [(lab, v) for labels, vals in task_groups for lab, v in zip(labels, vals)]  # table order
     units = [u for u in _units(tasks, method, rows, task_groups, every_row) if u[0]]
@@ -496,12 +505,26 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         records.sort(key=lambda r: order[r[0]])
         records, row_notes = _with_convergence(records, every_row, results, divergent)
         records, widening_notes = _with_widened_se(records, widening)
+        records, tail_notes = _with_heavy_tailed_sd(records, X)
+        widening_notes += tail_notes
         records, allowance_notes = _with_divergence_allowance(records, post.diverging)
         flagged = {"all": flagged, "rows": widening_notes + [n for n in allowance_notes if n not in flagged]
                    + row_notes}
     table = _table(records, results, flagged, kind, round_to, ci_prob, cv_interval)
     table.attrs["score_backend"] = compat.group(idata, SCORE).attrs.get("score_backend", "not recorded")
     return (table, dict(results)) if return_results else table
+
+
+def _unchecked_pairing_note(score_attrs):
+    """The note that flags every row where nothing could show the draws to be of the model the scores are of."""
+    pairing = str(score_attrs.get(PAIRING, ""))
+    if not pairing.startswith(UNCHECKED):
+        return None
+    return (f"Whether the draws are of this model could not be checked: {pairing.removeprefix(UNCHECKED)}. Such a "
+            "model moves every CV estimate by many times its se, and the Stein identities see the difference only "
+            "at about the plain MCMC se, so every CV se is marked unreliable. Pass the idata pm.sample returned (its "
+            "sample_stats keep the log density), or check_scores=False if the draws are known to be of this model "
+            "and data.")
 
 
 def _check_scores_are_of(idata, model):
@@ -904,6 +927,23 @@ def _with_widened_se(records, widening):
         lb, ub = (f if m != "mc" else 1.0 for m in rec.method_bounds)
         out.append(rec._replace(cv_mcse_lb=rec.cv_mcse_lb * lb, cv_mcse_ub=rec.cv_mcse_ub * ub))
     return out, [widening.widening_note[0].upper() + widening.widening_note[1:]]
+
+
+def _with_heavy_tailed_sd(records, X):
+    """``records`` with every row marked unreliable where the draws (chain, draw, d) have heavy tails: the sd's
+    estimator, plain or CV, needs a fourth moment, which such tails may lack, and a sampler under-represents
+    them, so that a row's own tail can look light (:func:`moment_tail_notes` flags rows whose tail is
+    heavy by itself). The CV means are flagged by their fits; the plain means' se holds while their second
+    moment is finite."""
+    if not any(rec.se_reliable for rec in records):
+        return records, []
+    note = heavy_tail_note(X.reshape(-1, X.shape[-1]))
+    if note is not None:
+        note = note.replace("every CV estimate is marked unreliable", "every row is marked unreliable, whose sd, "
+                            "plain or CV, needs a fourth moment such tails may lack")
+    else:
+        return records, []
+    return [rec._replace(se_reliable=False) for rec in records], [note[0].upper() + note[1:]]
 
 
 def _with_divergence_allowance(records, diverging):

@@ -544,3 +544,36 @@ def test_a_funnel_nuts_does_not_reach_into_is_flagged_by_its_energy():
     assert not rows.loc[np.abs(z) > 3, "se_reliable"].any()
     assert not rows["se_reliable"].any()
     assert any(note.startswith("E-BFMI") for note in table.attrs["notes"])
+
+
+def test_a_row_whose_tail_has_no_fourth_moment_flags_its_sd_plain_or_cv():
+    """The sd's estimator needs E[f^4]: Student-t2.5 values have none (k-hat of their squared deviations 0.8),
+    t2 values no variance either (k = 1); Gaussian, exponential and lognormal(0, 0.5) values of the same size
+    are not flagged (0 of 100 sets each at this threshold)."""
+    from pymc_cv.core.uncertainty import moment_tail_notes
+
+    rng = np.random.default_rng(5)
+    _, sd_note = moment_tail_notes(rng.standard_t(2.5, size=4000))
+    assert "the estimate of the sd has no finite variance" in sd_note
+    mean_note, sd_note = moment_tail_notes(rng.standard_t(1.5, size=4000))
+    assert "the estimate of the mean has no finite variance" in mean_note and sd_note is not None
+    for light in (rng.normal(size=4000), rng.exponential(size=4000), rng.lognormal(0, 0.5, size=4000)):
+        assert moment_tail_notes(light) == (None, None)
+
+
+def test_heavy_tailed_draws_flag_every_row_sd_included():
+    """Independent Student-t3 draws with their exact scores: the draws' tail check marks every row unreliable,
+    rows of plain means included (their sd, plain or CV, needs a fourth moment)."""
+    from pymc_cv import compat
+    from pymc_cv.idata_groups import with_cv_groups
+
+    rng = np.random.default_rng(3)
+    nu, x = 3.0, rng.standard_t(3.0, size=(4, 1000, 2))
+    score = -(nu + 1) * x / (nu + x**2)
+    idata = with_cv_groups(compat.from_dict({"posterior": {"x": x}}), {"x": x}, {"x": score})
+    table = pymc_cv.summary(idata, progressbar=False)
+    assert not table["se_reliable"].any()
+    # the plain means and sds alone (no CV fitted): their rows too
+    plain = pymc_cv.summary(idata, method="mc", progressbar=False)
+    assert (plain["method"] == "mc").all() and not plain["se_reliable"].any()
+    assert any("every row is marked unreliable, whose sd" in n for n in plain.attrs["notes"])

@@ -54,7 +54,39 @@ def test_another_prior_under_the_same_names_is_an_error(normal_model):
     with pytest.raises(DrawsModelMismatchError, match=r"another one with the same variable names"):
         pymc_cv.summary(idata, model=other, progressbar=False)
     table = pymc_cv.summary(idata, model=model, progressbar=False)
-    assert table["se_reliable"].all() and table.attrs["notes"] == []
+    # the joint second-order test widens the se below p = 0.05, by design in about 5% of clean runs (nutpie's
+    # draws on PyMC 6: p = 0.018 here); it flags nothing
+    assert table["se_reliable"].all()
+    assert all("second-order Stein identities by more than chance" in n for n in table.attrs["notes"])
+
+
+def _posterior_only(idata):
+    from pymc_cv import compat
+
+    return compat.from_dict({"posterior": {k: np.asarray(v) for k, v in compat.group(idata, "posterior").items()}})
+
+
+def test_draws_whose_model_cannot_be_checked_are_flagged(normal_model):
+    """Without the sampler's per-draw log density (a posterior-only idata, pm.sample_smc) another prior under
+    the same names moves every CV estimate by thousands of its se, and nothing in the draws can tell: every row
+    is flagged, with a note that says why; check_scores=False (the user vouches for the pairing) is not."""
+    model, idata, y = normal_model
+    with pm.Model() as other:
+        mu = pm.Normal("mu", 0, 5)
+        s = pm.HalfNormal("s", 5)
+        pm.Normal("y", mu, s, observed=y)
+    with pytest.warns(UserWarning, match="could not be checked"):
+        table = pymc_cv.summary(_posterior_only(idata), model=other, progressbar=False)
+    assert not table["se_reliable"].any()
+    assert any("no per-draw log density" in n and "no observed_data or constant_data" in n
+               for n in table.attrs["notes"])
+    with model:
+        smc = pm.sample_smc(500, chains=2, random_seed=1, progressbar=False, compute_convergence_checks=False)
+    table = pymc_cv.summary(smc, model=other, progressbar=False)
+    assert not table["se_reliable"].any()
+    assert any("data variables the idata stores match" in n for n in table.attrs["notes"])
+    vouched = pymc_cv.summary(_posterior_only(idata), model=model, progressbar=False, check_scores=False)
+    assert not any("could not be checked" in n for n in vouched.attrs["notes"])
 
 
 def test_rewritten_draws_are_an_error_that_names_bambi(normal_model):

@@ -177,7 +177,10 @@ def test_summary_with_metacv_on_many_tasks_of_a_conjugate_posterior():
     with pm.Model() as model:
         mu = pm.Normal("mu", 0, prior_sd)
         pm.Normal("y", mu, 1.0, observed=y)
-        idata = pm.sample(50, tune=300, chains=2, random_seed=1, progressbar=False, compute_convergence_checks=False)
+        # PyMC's NUTS, for draws that stay the same when nutpie is installed (PyMC 6 then samples with it); over
+        # sampling seeds 1-6 this ratio is 0.17-0.89 on PyMC's draws and 0.40-1.35 on nutpie's (docs/limitations.md)
+        idata = pm.sample(50, tune=300, chains=2, random_seed=1, progressbar=False, compute_convergence_checks=False,
+                          nuts_sampler="pymc")
 
     def tasks(post):
         mu = np.asarray(post["mu"])[..., None]

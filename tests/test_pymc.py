@@ -159,12 +159,14 @@ def test_kind_and_round_to_lay_out_the_table_as_arviz(hierarchical):
     diag = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="diagnostics")
     assert {"mcse_mean", "cv_mcse", "ess_bulk", "r_hat", "se_reliable"} <= set(diag.columns)
     assert not {"mean", "cv_mean"} & set(diag.columns)
-    # round_to=2: the standard errors keep two significant digits (a CV's se is far below 0.005)
+    # round_to=2: the standard errors to two significant digits, so that a CV's se of 1e-7 is not 0.0
     rounded = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, round_to=2)
-    se = full.loc["mu", "cv_mcse"]
-    assert 0 < se < 0.005 and rounded.loc["mu", "cv_mcse"] == float(f"{se:.1e}")
-    assert rounded.loc["mu", "mcse_mean"] == float(f"{full.loc['mu', 'mcse_mean']:.1e}")
+    for column in ("cv_mcse", "mcse_mean"):
+        assert rounded.loc["mu", column] == float(f"{full.loc['mu', column]:.1e}") != 0
     assert rounded.loc["mu", "cv_mean"] == round(full.loc["mu", "cv_mean"], 2)
+    from pymc_cv.summary import _significant
+
+    np.testing.assert_array_equal(_significant([1.2345e-7, 0.0, np.nan, -0.0456], 2), [1.2e-7, 0.0, np.nan, -0.046])
     with pytest.raises(ValueError, match="kind='hdi'"):
         pymc_cv.summary(idata, model=model, kind="hdi", progressbar=False)
     with pytest.raises(TypeError, match="round_to"):

@@ -20,7 +20,11 @@ from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..core.heldout import repeated_draws
 from ..idata_groups import (
+    CHECKED,
+    PAIRING,
     SCORE,
+    SKIPPED,
+    UNCHECKED,
     UNCONSTRAINED,
     has_stored_scores,
     recorded_sampler,
@@ -63,8 +67,9 @@ def _current_value(var):
 
 def _check_same_data(idata, model):
     """The draws were sampled with the data in ``observed_data`` / ``constant_data``; scores taken
-    with other data (``pm.set_data`` after sampling, another dataset) belong to another posterior."""
-    differ = []
+    with other data (``pm.set_data`` after sampling, another dataset) belong to another posterior.
+    Returns how many of the model's data variables were compared."""
+    differ, compared = [], 0
     for group in ("observed_data", "constant_data"):
         if group not in compat.group_names(idata):
             continue
@@ -78,6 +83,7 @@ def _check_same_data(idata, model):
             then = np.asarray(stored[name].values)
             if now is None:
                 continue
+            compared += 1
             # ArviZ stores a scalar observation with shape (1,): compare the values, not the shapes
             same = now.size == then.size and np.allclose(now.astype(float).ravel(), then.astype(float).ravel(),
                                                          equal_nan=True)
@@ -90,6 +96,7 @@ def _check_same_data(idata, model):
             "Restore the sampling data (e.g. pm.set_data({...}) with idata.constant_data) before computing "
             "scores, and set the new data only for predictions afterwards."
         )
+    return compared
 
 
 def batched(fn_inputs, outputs, replace, compile_kwargs):
@@ -305,7 +312,7 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
         if not extend_inferencedata:
             return new
         return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
-    _check_same_data(idata, model)
+    data_compared = _check_same_data(idata, model)
     post = compat.group(idata, "posterior")
     if bmb is not None:
         post = bambi.sampled_posterior(bmb, post)
@@ -345,8 +352,8 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
     def regroup(parts, var):
         return np.concatenate(parts).reshape((n_chain, n_draw) + tuple(shapes[var.name]))
 
-    if check_logp:
-        _check_recorded_logp(idata, post, np.concatenate(out_lp).reshape(n_chain, n_draw), model, bmb is not None)
+    logp_compared = check_logp and _check_recorded_logp(idata, post, np.concatenate(out_lp).reshape(n_chain, n_draw),
+                                                        model, bmb is not None)
     unconstrained = {v.name: regroup(out_v[i], v) for i, v in enumerate(value_vars)}
     scores = {v.name: regroup(out_s[i], v) for i, v in enumerate(value_vars)}
     bad = sum(int(np.sum(~np.isfinite(s).reshape(n_chain, n_draw, -1).all(axis=2))) for s in scores.values())
@@ -357,7 +364,8 @@ def compute_scores(idata, model=None, *, extend_inferencedata=True, progressbar=
             stacklevel=2,
         )
     dims, coords = dims_and_coords(model, shapes)
-    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords, attrs=_score_attrs(idata, model))
+    attrs = {**_score_attrs(idata, model), PAIRING: _pairing(check_logp, logp_compared, data_compared)}
+    new = with_cv_groups(idata, unconstrained, scores, dims=dims, coords=coords, attrs=attrs)
     if not extend_inferencedata:
         return new
     return compat.with_groups(idata, {g: compat.group(new, g) for g in (UNCONSTRAINED, SCORE)}, inplace=True)
@@ -417,15 +425,29 @@ def _recorded_logp(idata, post):
     return np.asarray(rec.transpose("chain", "draw").values, dtype=float)
 
 
+def _pairing(check_logp, logp_compared, data_compared):
+    """What showed that the draws are of the model whose scores were taken (the score group's ``PAIRING``)."""
+    if logp_compared:
+        return CHECKED + "the log density the sampler recorded at every draw equals the model's"
+    if not check_logp:
+        return SKIPPED + "check_logp=False"
+    data = (f"the {data_compared} data variables the idata stores match the model's, but "
+            if data_compared else "it stores no observed_data or constant_data to compare either, and ")
+    return (UNCHECKED + "the idata has no per-draw log density of the sampler (pm.sample_smc and a posterior-only "
+            f"idata keep none); {data}another prior or likelihood under the same variable names cannot be told "
+            "from this one")
+
+
 def _check_recorded_logp(idata, post, model_logp, model, from_bambi):
+    """True when the sampler's recorded log density was compared (and matched); False when there is none."""
     recorded = _recorded_logp(idata, post)
     if recorded is None:
-        return
+        return False
     itemsize = min(np.dtype(v.dtype).itemsize for v in model.value_vars)
     check = check_recorded_logp(model_logp, recorded, itemsize)
     # pm.sample(nuts_sampler="numpyro") records NumPyro's potential energy, -log p, as "lp"
     if check.ok or check_recorded_logp(model_logp, -recorded, itemsize).ok:
-        return
+        return True
     causes = ["the posterior was changed after sampling"
               + ("" if from_bambi else " (Bambi does this to the intercept when it centres the predictors, "
                  "its default: pass the Bambi model itself, summary(idata, model=bambi_model), not "

@@ -33,7 +33,7 @@ import numpy as np
 from .. import compat
 from ..core.density_check import DrawsModelMismatchError, check_recorded_logp
 from ..evidence.rung_moments import RungArrays
-from ..idata_groups import with_cv_groups
+from ..idata_groups import CHECKED, PAIRING, UNCHECKED, with_cv_groups
 from ..progress import progress_bar
 from . import unconstrain
 
@@ -226,13 +226,14 @@ def _build(stan, program_code, data):
 
 def _check_recorded_logp(density, idata, X, per_chain=16):
     """Stan's log density at a few draws of every chain against its ``lp__``: equal up to a constant
-    per chain, or the draws and the program are not the pair that was sampled."""
+    per chain, or the draws and the program are not the pair that was sampled.  Returns the score group's
+    ``PAIRING`` attribute: what was compared, or why nothing could be."""
     if "sample_stats" not in compat.group_names(idata) or "lp" not in compat.group(idata, "sample_stats"):
-        return
+        return UNCHECKED + "the fit has no lp__ to compare the program's log density with"
     recorded = np.asarray(compat.group(idata, "sample_stats")["lp"].transpose("chain", "draw").values, dtype=float)
     n_chain, n_draw = recorded.shape
     if X.shape[:2] != (n_chain, n_draw):
-        return
+        return UNCHECKED + "the fit's lp__ is not laid out as its draws"
     at = np.unique(np.linspace(0, n_draw - 1, min(per_chain, n_draw)).astype(int))
     with density.batch():
         model = np.array([[density.log_prob(X[c, j]) for j in at] for c in range(n_chain)])
@@ -241,12 +242,13 @@ def _check_recorded_logp(density, idata, X, per_chain=16):
         raise DrawsModelMismatchError(
             f"The fit's draws are not the points Stan visited under this program and data: {check.evidence()}. "
             "Pass the fit together with the model (stan.build) that sampled it, with the same data.")
+    return CHECKED + "Stan's lp__ equals the program's log density at 16 draws of every chain"
 
 
-def _finish(idata, X, G, backend):
+def _finish(idata, X, G, backend, pairing):
     dims = {UNCONSTRAINED_NAME: ["unconstrained_dim"]}
     new = with_cv_groups(idata, {UNCONSTRAINED_NAME: X}, {UNCONSTRAINED_NAME: G}, dims=dims,
-                         attrs={"score_backend": backend})
+                         attrs={"score_backend": backend, PAIRING: pairing})
     _log.info("pymc_cv: Stan scores computed with %s", backend)
     return new
 
@@ -294,8 +296,8 @@ def from_pystan(fit, posterior, *, progressbar=False, **arviz_kwargs):
     idata = compat.pystan_posterior(fit, posterior, **arviz_kwargs)
     density = _StanDensity(posterior)
     X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
-    _check_recorded_logp(density, idata, X)
-    return _finish(idata, X, G, density.backend)
+    pairing = _check_recorded_logp(density, idata, X)
+    return _finish(idata, X, G, density.backend, pairing)
 
 
 class _Draw(dict):
@@ -413,7 +415,8 @@ def from_cmdstanpy(fit, model=None, data=None, *, diagnostic_files=None, progres
             warnings.warn("model= and data= not used: the scores are read from the diagnostic files.", UserWarning,
                           stacklevel=2)
         X, G = _from_latent_dynamics(idata, files)
-        return _finish(idata, X, G, "CmdStan's diagnostic file (its gradients g_ of -log p, negated)")
+        return _finish(idata, X, G, "CmdStan's diagnostic file (its gradients g_ of -log p, negated)",
+                       CHECKED + "the draws and gradients are the sampler's own record (CmdStan's diagnostic files)")
     stan = _import_stan()
     code, data = _program_and_data(model, data)
     idata = compat.from_cmdstanpy(fit, **arviz_kwargs)
@@ -425,8 +428,8 @@ def from_cmdstanpy(fit, model=None, data=None, *, diagnostic_files=None, progres
                          "or JSON file path the fit was sampled with.") from err
     density = _StanDensity(built)
     X, G = _scores(density, compat.group(idata, "posterior"), progressbar)
-    _check_recorded_logp(density, idata, X)
-    return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used")
+    pairing = _check_recorded_logp(density, idata, X)
+    return _finish(idata, X, G, f"{density.backend}; CmdStan's log_prob not used", pairing)
 
 
 def _check_cmdstan_fit(fit):
