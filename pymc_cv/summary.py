@@ -976,8 +976,7 @@ def _significant(values, digits):
     """``values`` rounded to ``digits`` significant digits (at least one); zero, nan and inf as they are."""
     out = np.array(values, dtype=float)
     ok = np.isfinite(out) & (out != 0)
-    scale = 10.0 ** (np.floor(np.log10(np.abs(out[ok]))) - (max(int(digits), 1) - 1))
-    out[ok] = np.round(out[ok] / scale) * scale
+    out[ok] = [float(f"{v:.{max(int(digits), 1) - 1}e}") for v in out[ok]]  # decimal rounding, as printed
     return out
 
 
