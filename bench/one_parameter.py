@@ -218,8 +218,8 @@ def _pooled(result):
         for lab, (mean, sd) in result["ref"].items():
             ratios.append(abs(table.loc[lab, "cv_mean"] - mean) / abs(table.loc[lab, "mean"] - mean))
             sd_ratios.append(abs(table.loc[lab, "cv_sd"] - sd) / abs(table.loc[lab, "sd"] - sd))
-            covered.append(abs(table.loc[lab, "cv_mean"] - mean) <= 2 * table.loc[lab, "cv_mcse"])
-            sd_covered.append(abs(table.loc[lab, "cv_sd"] - sd) <= 2 * table.loc[lab, "cv_mcse_sd"])
+            covered.append(abs(table.loc[lab, "cv_mean"] - mean) <= 2 * table.loc[lab, "cv_mcse"] + 2 * table.loc[lab, "bias_allowance"])
+            sd_covered.append(abs(table.loc[lab, "cv_sd"] - sd) <= 2 * table.loc[lab, "cv_mcse_sd"] + 2 * table.loc[lab, "bias_allowance"])
             methods[table.loc[lab, "method"]] = methods.get(table.loc[lab, "method"], 0) + 1
     return {"median": float(np.median(ratios)), "sd_median": float(np.median(sd_ratios)),
             "coverage": float(np.mean(covered)), "sd_coverage": float(np.mean(sd_covered)), "methods": methods,

@@ -62,7 +62,7 @@ def _errors(table, ref):
             continue
         mc_err = abs(table.loc[lab, "mean"] - r["mean"])
         cv_err = abs(table.loc[lab, "cv_mean"] - r["mean"])
-        combined = np.hypot(table.loc[lab, "cv_mcse"], r["mcse"])
+        combined = np.hypot(table.loc[lab, "cv_mcse"] + table.loc[lab, "bias_allowance"], r["mcse"])
         covered.append(cv_err <= 2 * combined)
         reliable.append(bool(table.loc[lab, "se_reliable"]))
         if cv_err > 4 * combined:
@@ -92,7 +92,7 @@ def _sd_errors(table, ref):
         ref_se = pset.reference_sd_se(r)
         mc_err = abs(table.loc[lab, "sd"] - r["sd"])
         cv_err = abs(table.loc[lab, "cv_sd"] - r["sd"])
-        combined = np.hypot(table.loc[lab, "cv_mcse_sd"], ref_se)
+        combined = np.hypot(table.loc[lab, "cv_mcse_sd"] + table.loc[lab, "bias_allowance"], ref_se)
         covered.append(cv_err <= 2 * combined)
         reliable.append(bool(table.loc[lab, "se_reliable"]))
         if not cv_err <= 4 * combined:

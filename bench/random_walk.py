@@ -171,7 +171,7 @@ def through_summary(reps=6, data_seeds=(0, 1, 2)):
                 idata = pm.sample(1000, tune=1000, chains=4, random_seed=100 + rep, progressbar=False,
                                   compute_convergence_checks=False)
             table = pymc_cv.summary(idata, model=m, progressbar=False).loc[labels]
-            z.append((table["cv_mean"].to_numpy(float) - truth) / table["cv_mcse"].to_numpy(float))
+            z.append((table["cv_mean"].to_numpy(float) - truth) / (table["cv_mcse"] + table["bias_allowance"]).to_numpy(float))
             reliable.append(table["se_reliable"].to_numpy(bool))
             bfmi.append(float(np.min(az.bfmi(idata))))
             div.append(int(idata.sample_stats["diverging"].sum()))

@@ -1,5 +1,5 @@
 """The README's picture: eight schools (non-centred), pm.sample 4 x 1,000 at target_accept=0.95 (no divergent
-transitions: with them every CV se carries an allowance for their bias), `summary` with default arguments;
+transitions: with them the bars add the table's bias_allowance to the se), `summary` with default arguments;
 per row the error of the plain MCMC mean and of the CV mean against the exact posterior mean
 (bench/workload_models.py), in posterior sds, with +/- 2 se bars.
 
@@ -39,7 +39,7 @@ def main():
     ax.axvline(0.0, color="0.3", lw=0.8)
     ax.errorbar((t["mean"] - truth) / sd, pos + 0.15, xerr=2 * t["mcse_mean"] / sd, fmt="o", ms=4, color="0.55",
                 capsize=2, label="MCMC mean")
-    ax.errorbar((t["cv_mean"] - truth) / sd, pos - 0.15, xerr=2 * t["cv_mcse"] / sd, fmt="s", ms=4, color="C0",
+    ax.errorbar((t["cv_mean"] - truth) / sd, pos - 0.15, xerr=2 * (t["cv_mcse"] + t["bias_allowance"]) / sd, fmt="s", ms=4, color="C0",
                 capsize=2, label="pymc_cv.summary")
     ax.set_yticks(pos)
     ax.set_yticklabels(rows)
@@ -53,7 +53,7 @@ def main():
     fig.savefig(out, dpi=110)
     ratio = np.median(t["mcse_mean"] / t["cv_mcse"])
     print(f"wrote {out}; median MCMC se / CV se {ratio:.1f}; CV within 2 se on "
-          f"{np.mean(np.abs(t['cv_mean'] - truth) <= 2 * t['cv_mcse']):.0%} of {len(rows)} rows")
+          f"{np.mean(np.abs(t['cv_mean'] - truth) <= 2 * (t['cv_mcse'] + t['bias_allowance'])):.0%} of {len(rows)} rows")
 
 
 if __name__ == "__main__":

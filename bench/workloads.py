@@ -69,13 +69,13 @@ def _accuracy(table, ref):
         ref_sd_se = ref[lab][3] if len(ref[lab]) > 3 else 0.0
         mc_err = abs(table.loc[lab, "mean"] - truth)
         cv_err = abs(table.loc[lab, "cv_mean"] - truth)
-        covered.append(cv_err <= 2 * np.hypot(table.loc[lab, "cv_mcse"], ref_se))
+        covered.append(cv_err <= 2 * np.hypot(table.loc[lab, "cv_mcse"] + table.loc[lab, "bias_allowance"], ref_se))
         if mc_err > 3 * ref_se:
             told += 1
             ratios.append(cv_err / mc_err)
         mc_sd_err = abs(table.loc[lab, "sd"] - ref_sd)
         cv_sd_err = abs(table.loc[lab, "cv_sd"] - ref_sd)
-        sd_covered.append(cv_sd_err <= 2 * np.hypot(table.loc[lab, "cv_mcse_sd"], ref_sd_se))
+        sd_covered.append(cv_sd_err <= 2 * np.hypot(table.loc[lab, "cv_mcse_sd"] + table.loc[lab, "bias_allowance"], ref_sd_se))
         if mc_sd_err > 3 * ref_sd_se:
             sd_ratios.append(cv_sd_err / mc_sd_err)
     ess = (table["cv_ess"] / table["ess_bulk"]).to_numpy(dtype=float)

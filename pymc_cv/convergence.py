@@ -102,9 +102,10 @@ def divergence_note(n_divergent, n_draws):
                 "the draws may be biased where the sampler could not go, and control variates cannot remove "
                 "that bias; every se is marked unreliable. Reparameterise or raise target_accept."), True
     return (f"{n_divergent} divergent transition(s) ({share:.2%} of the draws): rows whose values at those draws "
-            "sit in one tail are marked unreliable, the others are not, and every CV se (of the mean and the sd) "
-            f"includes {_DIVERGENT_BIAS_PER_SHARE:g} x {share:.2%} of the row's sd for the bias they may leave. "
-            "Reparameterise or raise target_accept to be sure."), False
+            "sit in one tail are marked unreliable, the others are not, and the column bias_allowance holds "
+            f"{_DIVERGENT_BIAS_PER_SHARE:g} x {share:.2%} of the row's sd for the bias they may leave in the mean "
+            "and the sd, plain or CV: add it to either se for an error bound. Reparameterise or raise "
+            "target_accept to be sure."), False
 
 
 def energy_note(energy):
@@ -129,7 +130,8 @@ def energy_note(energy):
 
 def divergence_allowance(sd, n_divergent, n_draws):
     """The bias divergent transitions may leave in a mean (or an sd) of posterior sd ``sd``, which no
-    control variate removes: added to the CV se, which is otherwise far below it on long runs."""
+    control variate removes: reported beside the se's (``summary``'s ``bias_allowance``), which on long runs
+    are far below it."""
     if not n_divergent or not n_draws:
         return np.zeros_like(np.asarray(sd, dtype=float))
     return _DIVERGENT_BIAS_PER_SHARE * (n_divergent / n_draws) * np.asarray(sd, dtype=float)

@@ -42,11 +42,12 @@ __all__ = ["summary"]
 _INTERVAL = ["lb", "ub", "cv_lb", "cv_ub"]
 _INTERVAL_MCSE = ["mcse_lb", "mcse_ub", "cv_mcse_lb", "cv_mcse_ub"]
 _STATS = ["mean", "cv_mean", "sd", "cv_sd"] + _INTERVAL
-_DIAGNOSTICS = ["mcse_mean", "cv_mcse", "variance_reduction", "cv_ess", "mcse_sd", "cv_mcse_sd",
+_DIAGNOSTICS = ["mcse_mean", "cv_mcse", "bias_allowance", "variance_reduction", "cv_ess", "mcse_sd", "cv_mcse_sd",
                 "variance_reduction_sd"] + _INTERVAL_MCSE + ["ess_bulk", "r_hat", "method", "method_sd", "se_reliable"]
 # the columns of each ``kind``, as ``az.summary``'s: "all" pairs each CV column with its plain one, CV first
 _KINDS = {
-    "all": ["cv_mean", "cv_mcse", "mean", "mcse_mean", "variance_reduction", "cv_ess", "cv_sd", "cv_mcse_sd", "sd",
+    "all": ["cv_mean", "cv_mcse", "mean", "mcse_mean", "bias_allowance", "variance_reduction", "cv_ess", "cv_sd",
+            "cv_mcse_sd", "sd",
             "mcse_sd", "variance_reduction_sd"] + _INTERVAL + _INTERVAL_MCSE
            + ["ess_bulk", "r_hat", "method", "method_sd", "se_reliable"],
     "stats": _STATS,
@@ -230,6 +231,7 @@ class _Row(NamedTuple):
     r_hat: float = np.nan
     notes: tuple = ()
     method_bounds: tuple = ("mc", "mc")
+    bias_allowance: float = 0.0
 
 
 class _MoreFits(NamedTuple):
@@ -408,9 +410,10 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         80-column terminal; ``print(table.to_string())`` every column.  The columns (``kind="all"``):
 
         - ``mean``, ``mcse_mean``: the plain MCMC mean and its mcse, as ArviZ computes them;
-        - ``cv_mean``, ``cv_mcse``: the CV estimate of the mean and its se (with divergent
-          transitions, plus twice their share of the draws times the row's sd, for the bias they
-          may leave: the notes say so);
+        - ``cv_mean``, ``cv_mcse``: the CV estimate of the mean and its se, a Monte Carlo error;
+        - ``bias_allowance``: with divergent transitions, twice their share of the draws times the
+          row's sd, for the bias they may leave in the mean and the sd, plain or CV alike (0 without
+          them; ``print(table)`` shows it where a row has one): add it to either se for an error bound;
         - ``variance_reduction``: (mcse / CV se)^2 of the mean, measured on held-out draws;
         - ``cv_ess``: var(f) / cv_mcse^2, the number of independent draws the reported mean is
           worth, to read beside ArviZ's ``ess_bulk``;
@@ -947,16 +950,17 @@ def _with_heavy_tailed_sd(records, X):
 
 
 def _with_divergence_allowance(records, diverging):
-    """``records`` with the bias divergent transitions may leave added to the se of the CV mean and sd
-    (:func:`pymc_cv.convergence.divergence_allowance`), and the note that says so; as they are without
-    divergences."""
+    """``records`` with the bias divergent transitions may leave in the mean and the sd, plain or CV
+    (:func:`pymc_cv.convergence.divergence_allowance`), in their own column, and the note that says so; the
+    se's stay Monte Carlo errors (the bias is the sampler's: a CV removes none of it, and the plain mean has it
+    too); as they are without divergences."""
     n_div = 0 if diverging is None else int(np.sum(diverging))
     if not n_div:
         return records, []
     out = []
     for rec in records:
         extra = float(divergence_allowance(rec.sd, n_div, diverging.size)) if np.isfinite(rec.sd) else 0.0
-        out.append(rec._replace(cv_mcse=rec.cv_mcse + extra, cv_mcse_sd=rec.cv_mcse_sd + extra))
+        out.append(rec._replace(bias_allowance=extra))
     return out, [divergence_note(n_div, diverging.size)[0]]
 
 
@@ -1004,7 +1008,7 @@ def _table(records, results, notes, kind="all", round_to="auto", ci_prob=0.94, c
         table = SummaryTable(table)
     elif not isinstance(round_to, str):
         numeric = table.select_dtypes("float").columns
-        errors = [c for c in numeric if "mcse" in c]
+        errors = [c for c in numeric if "mcse" in c or c == "bias_allowance"]
         table[errors] = table[errors].apply(lambda col: _significant(col.to_numpy(), round_to))
         plain = [c for c in numeric if c not in errors]
         table[plain] = table[plain].round(round_to)

@@ -69,7 +69,7 @@ def _cell(column, value, se):
         return str(int(math.floor(value))) if value < 1e6 else f"{value:.1e}"
     if column == "r_hat":
         return f"{value:.2f}"
-    if "mcse" in column:
+    if "mcse" in column or column == "bias_allowance":
         return _two_significant(value)
     if column.startswith("variance_reduction"):
         return _significant(value, 2)
@@ -104,8 +104,12 @@ class SummaryTable(pd.DataFrame):
         return pd.DataFrame
 
     def _shown_columns(self):
-        """The compact set on a whole table; a table of some columns (``kind="stats"``) shows them all."""
-        return COMPACT if set(COMPACT) <= set(self.columns) else list(self.columns)
+        """The compact set on a whole table, with the sampler's bias allowance where a row has one; a table of
+        some columns (``kind="stats"``) shows them all."""
+        if not set(COMPACT) <= set(self.columns):
+            return list(self.columns)
+        biased = "bias_allowance" in self.columns and bool((self["bias_allowance"] > 0).any())
+        return COMPACT[:4] + ["bias_allowance"] + COMPACT[4:] if biased else COMPACT
 
     def _footer(self, shown):
         size = f"[{len(self.index)} rows x {len(self.columns)} columns"

@@ -355,8 +355,8 @@ def test_divergent_transitions_flag_every_row(regression):
         warnings.simplefilter("error")  # no divergences: no warning
         clean = pymc_cv.summary(idata, model=model, var_names=["a"], progressbar=False)
     assert clean.attrs["notes"] == []
-    # a few (2 of 600, under the share that flags every row): the same fits, with the bias they may
-    # leave added to the CV se of the mean and the sd, and a note that says so
+    # a few (2 of 600, under the share that flags every row): the same fits and se's, with the bias they may
+    # leave in the mean and the sd, plain or CV, in a column of its own, and a note that says so
     div[:] = False
     div[1, [50, 250]] = True
     stats["diverging"] = (("chain", "draw"), div)
@@ -365,10 +365,13 @@ def test_divergent_transitions_flag_every_row(regression):
         table = pymc_cv.summary(few, model=model, var_names=["a"], progressbar=False)
     allowance = 2.0 * (2 / 600) * clean.loc["a", "sd"]
     assert table.loc["a", "cv_mean"] == clean.loc["a", "cv_mean"]
-    assert table.loc["a", "cv_mcse"] == pytest.approx(clean.loc["a", "cv_mcse"] + allowance, rel=1e-12)
-    assert table.loc["a", "cv_mcse_sd"] == pytest.approx(clean.loc["a", "cv_mcse_sd"] + allowance, rel=1e-12)
+    assert table.loc["a", "cv_mcse"] == clean.loc["a", "cv_mcse"]
+    assert table.loc["a", "cv_mcse_sd"] == clean.loc["a", "cv_mcse_sd"]
     assert table.loc["a", "mcse_mean"] == clean.loc["a", "mcse_mean"]  # ArviZ's, untouched
-    assert any("includes 2 x 0.33% of the row's sd" in n for n in table.attrs["notes"])
+    assert table.loc["a", "bias_allowance"] == pytest.approx(allowance, rel=1e-12)
+    assert clean.loc["a", "bias_allowance"] == 0.0
+    assert any("bias_allowance holds 2 x 0.33% of the row's sd" in n for n in table.attrs["notes"])
+    assert "bias_allowance" in repr(table) and "bias_allowance" not in repr(clean)
 
 
 @pytest.mark.slow
