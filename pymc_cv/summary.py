@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from . import compat
 from .cluster import check_client, map_units
 from .convergence import divergence_allowance, divergence_note, energy_note, row_convergence, unseen_values_note
 from .core import cv_estimate, vvcv_estimate
+from .core.local_zv import LocalCoordinates, own_coordinates, shared_coordinates
 from .core.quantiles import QuantilePlan, cv_quantile, plain_quantile, smoothed_steps
 from .core.score_check import CheckOutcome, ScoreMismatchError, apply_stein_check
 from .core.spread import centred_squares, cv_sd, plain_sd
@@ -57,6 +59,10 @@ _KINDS = {
 
 # cv_estimate's options that summary sets itself, per fit
 _SET_BY_SUMMARY = {"tune_columns", "check_mixing", "residual_khat"}
+
+
+# cv_estimate's default kernel_max_dim: above it the rows also get ZV-CVs on their own coordinates
+_KERNEL_MAX_DIM_DEFAULT = inspect.signature(cv_estimate).parameters["kernel_max_dim"].default
 
 
 def _split_options(options):
@@ -479,6 +485,8 @@ def summary(data, var_names=None, *, model=None, integrands=None, method="auto",
         return (table, dict(results)) if return_results else table
     idata = _with_scores(idata, model, progressbar, compile_kwargs, check_logp=check_scores)
     post = _read_posterior(idata, var_names, integrands)  # from here on, arrays only
+    settings = dataclasses.replace(settings, coordinate_variables=tuple(lab.split("[")[0]
+                                                                        for lab in post.parameter_names))
     X, S, rows, task_groups = post.draws, post.scores, post.rows, post.task_groups
     try:
         flagged, divergent, widening = _run_wide_checks(post, check_scores, per_chain=tasks == "chain")
@@ -650,6 +658,7 @@ class _Settings:
     method: str
     ci_prob: float
     cv_interval: bool
+    coordinate_variables: tuple | None = None  # the variable each unconstrained coordinate belongs to
 
 
 class _RowFitter:
@@ -666,6 +675,7 @@ class _RowFitter:
         self.seed, self.ci_prob, self.cv_interval = settings.random_seed, settings.ci_prob, settings.cv_interval
         self.probs = ((1 - self.ci_prob) / 2, (1 + self.ci_prob) / 2)
         self.results = _ResultsByRow()
+        self.variables = settings.coordinate_variables
 
     def run(self, how, labels, vals, method):
         if how == "per_chain":
@@ -685,7 +695,8 @@ class _RowFitter:
         # the squares' mixing is the rows' (their R-hat is the rows' folded one): cv_sd falls back
         # to the plain sd where the row is unmixed
         res = cv_estimate(np.column_stack([Y, squares]), self.Xf, self.Sf, method=method, chain=self.chain,
-                          tune_columns=np.arange(k), check_mixing=np.arange(k), residual_khat=False, **self.cv_opts)
+                          tune_columns=np.arange(k), check_mixing=np.arange(k), residual_khat=False,
+                          local=self.local_coordinates(Y), **self.cv_opts)
         errors = _plain_errors(vals, self.probs)
         if not self.cv_interval:
             return [_record(label, v, res, j, self.results, more=_MoreFits((res, k + j), centre[j]),
@@ -703,6 +714,15 @@ class _RowFitter:
                         more=_MoreFits((res, k + j), centre[j], plan, [(res_steps, i * k + j) for i in range(2)],
                                        j, residual_se))
                 for j, (label, v) in enumerate(zip(labels, vals))]
+
+    def local_coordinates(self, Y):
+        """Above ``kernel_max_dim`` parameters, each row's own coordinate (its square's too) and the
+        coordinates of the smallest variables, for ZV-CVs on those alone (``core.local_zv``)."""
+        d = self.Xf.shape[1]
+        if d <= self.cv_opts.get("kernel_max_dim", _KERNEL_MAX_DIM_DEFAULT) or self.variables is None:
+            return None
+        own = own_coordinates(Y, self.Xf)
+        return LocalCoordinates(np.concatenate([own, own]), shared_coordinates(self.variables))
 
     def jointly(self, labels, vals):
         T = len(vals)

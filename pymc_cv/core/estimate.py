@@ -17,6 +17,7 @@ exact, and not at all above ``kernel_max_dim`` parameters (said in the notes).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -28,6 +29,7 @@ from .finalize import Candidate
 from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout, low_rank_factor
 from .kernels import KERNEL_NAMES, make_kernel
+from .local_zv import LocalCoordinates, local_zero_variance_candidates
 from .linalg import loo_residuals, restricted_loglik
 from .nystrom import MAX_INDUCING, choose_inducing
 from .polynomial import n_polynomial_features
@@ -358,6 +360,13 @@ def _planned_methods(method, n, d, notes=None):
         # a basis is tried when the draws are at least twice its number of coefficients
         orders = [o for o in ((1, 2) if method == "auto" else (1, 2, 3))
                   if o == 1 or n > 2 * (1 + n_polynomial_features(d, o))]
+        if method == "auto" and n <= 2 * (1 + d) and n * d * d > _ZV_FLOP_BUDGET:
+            # fewer draws than two per coefficient: a cross-validated lasso path over d features
+            # (d = 10,002, 4,000 draws: not done in 25 minutes)
+            orders = [o for o in orders if o != 1]
+            if notes is not None:
+                notes.append(f"ZV-1 on all {d} coordinates not fitted: {n} draws are fewer than two per coefficient "
+                             "and its lasso path costs minutes (method='zv1' fits it).")
         costly = [o for o in orders if o > 1 and n * n_polynomial_features(d, o) ** 2 > _ZV_FLOP_BUDGET]
         if method == "auto" and costly:
             orders = [o for o in orders if o not in costly]
@@ -451,6 +460,7 @@ def cv_estimate(
     client=None,
     return_fit=False,
     tune_columns=None,
+    local=None,
 ):
     """Estimate E_pi[f] with Stein control variates from draws, integrand values and scores.
 
@@ -538,6 +548,11 @@ def cv_estimate(
         The integrands (column indices of ``values``) the kernel is tuned on; the others are
         fitted with that kernel.  Default: all (up to 20 of them, evenly spread).  ``summary``
         tunes on the rows themselves, not on the squares that give their sd.
+    local : LocalCoordinates, optional
+        Under ``method="auto"`` or ``"zv"``, also fit each integrand's ZV-CVs on its own coordinate
+        and the shared ones alone (:mod:`pymc_cv.core.local_zv`): with many parameters, a cubic basis
+        of a few coordinates per integrand where the full basis can afford only order 1.
+        ``summary`` passes it above ``kernel_max_dim`` parameters.
 
     Returns
     -------
@@ -573,11 +588,29 @@ def cv_estimate(
     findings = pipeline.check_scores([target], second_order=True) if check_scores else []
     findings += pipeline.check_tails([target]) if check_tails else []
     std = Standardizer.fit([X]) if standardize else Standardizer.identity(d)
-    solver = _Solver(method, X, S, Y, chain, rep, std, opts)
+    solver = _Solver(method, X, S, Y, chain, rep, std, opts, _check_local(local, Y.shape[1], d, return_fit))
     res = pipeline.run(Y, chain, solver, findings, choose="first" if solver.strict else "best",
                        fallback=not solver.strict, standardizer=std if return_fit else None,
                        mixing_columns=mixing, khat=bool(residual_khat))
     return pipeline.squeeze(res) if one_d else res
+
+
+def _check_local(local, k, d, return_fit):
+    """``local`` checked against the k integrands and d coordinates; None where it is not used."""
+    if local is None:
+        return None
+    if not isinstance(local, LocalCoordinates):
+        raise TypeError(f"local= must be a pymc_cv.core.local_zv.LocalCoordinates (own, shared); got "
+                        f"{type(local).__name__}.")
+    own, shared = np.asarray(local.own, dtype=int), np.asarray(local.shared, dtype=int)
+    if own.shape != (k,) or np.any(own < -1) or np.any(own >= d) or np.any((shared < 0) | (shared >= d)):
+        raise ValueError(f"local.own must hold one coordinate in [0, {d}) or -1 per integrand ({k}), and "
+                         f"local.shared coordinates in [0, {d}).")
+    if return_fit:
+        warnings.warn("local= is not used with return_fit=True (local fits keep no predictor); drop one.",
+                      UserWarning, stacklevel=3)
+        return None
+    return LocalCoordinates(own, shared)
 
 
 def _mixing_columns(check_mixing, k):
@@ -594,8 +627,9 @@ class _Solver:
     """The ZV and kernel candidates ``method`` asks for, on standardised draws and integrands, back in
     the integrands' units: the solver :func:`cv_estimate` plugs into ``pipeline.run``."""
 
-    def __init__(self, method, X, S, Y, chain, rep, std, opts):
+    def __init__(self, method, X, S, Y, chain, rep, std, opts, local=None):
         self.method, self.Y, self.chain, self.rep, self.std, self.opts = method, Y, chain, rep, std, opts
+        self.local = local
         self.X, self.S = X, S
         self.strict = method not in ("auto", "zv")
 
@@ -614,6 +648,9 @@ class _Solver:
                          "copies are held out together and are one point of a kernel fit.")
         draws = StandardisedDraws(Xs, Ss, Ystd, self.chain, rep)
         candidates = _zv_candidates(zv_bases if live.size else [], draws, live, opts, strict, notes)
+        if self.local is not None and not strict and live.size:
+            candidates += local_zero_variance_candidates(Xs, Ss, Ystd, self.local, live, self.chain, opts.folds,
+                                                         first=None if rep is None else rep[0])
         kernel_names, todo = _kernel_plan(kernel_names, strict, d, opts.kernel_max_dim, candidates, live, notes)
         if kernel_names and todo.size:
             try:
