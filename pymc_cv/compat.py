@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import batched_diagnostics
+
 # ArviZ and PyMC load inside the functions that use them: `import pymc_cv` stays cheap without them.
 
 __all__ = [
@@ -233,7 +235,17 @@ _THREADED_MIN_VALUES = 8000
 _THREADED = {("rhat", "rank"), ("ess", "bulk")}
 
 
+# ArviZ's algorithms batched over rows (``batched_diagnostics``): the same numbers, for all rows at once
+_BATCHED = {("ess", "mean"): batched_diagnostics.ess_mean, ("ess", "bulk"): batched_diagnostics.ess_bulk,
+            ("rhat", "rank"): batched_diagnostics.rhat_rank}
+
+
 def _computed_diagnostic(ary, name, **kwargs):
+    batched = _BATCHED.get((name, kwargs.get("method")))
+    if batched is not None and set(kwargs) == {"method"}:
+        flat = ary.reshape((-1,) + ary.shape[-2:])
+        if batched_diagnostics.handles(flat):
+            return batched(flat).reshape(ary.shape[:-2])
     threaded = (name, kwargs.get("method")) in _THREADED
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -349,6 +361,25 @@ def mcse_rows(rows, probs):
     """ArviZ's MCSE of the mean, the sd and each of the ``probs`` quantiles of every (chain, draw)
     array in ``rows``: an array (len(rows), 2 + len(probs)), the rows spread over threads."""
     rows = [np.asarray(r, dtype=float) for r in rows]
+    out = np.empty((len(rows), 2 + len(probs)))
+    by_shape = {}
+    for i, r in enumerate(rows):
+        by_shape.setdefault(r.shape, []).append(i)
+    rest = []
+    for shape, idx in by_shape.items():
+        ary = np.stack([rows[i] for i in idx]) if len(shape) == 2 else None
+        if ary is None or not batched_diagnostics.handles(ary):
+            rest += idx
+            continue
+        out[idx] = np.column_stack([batched_diagnostics.mcse_mean(ary), batched_diagnostics.mcse_sd(ary)]
+                                   + [batched_diagnostics.mcse_quantile(ary, p) for p in probs])
+    if rest:
+        out[rest] = _mcse_rows_by_arviz([rows[i] for i in rest], probs)
+    return out
+
+
+def _mcse_rows_by_arviz(rows, probs):
+    """:func:`mcse_rows` by ArviZ's own functions, one row at a time, spread over threads."""
     with _mcse_function() as mcse:
         def chunk(s):
             return [[mcse(a, method="mean"), mcse(a, method="sd")] + [mcse(a, method="quantile", prob=p) for p in probs]

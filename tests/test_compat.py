@@ -167,13 +167,16 @@ def test_diagnostics_leave_a_lazily_registered_jax_unimported(monkeypatch):
 
 
 def test_diagnostics_spread_over_threads_give_the_numbers_of_one_thread(monkeypatch):
-    """Rank R-hat, bulk ESS and the MCSEs of long rows go to ArviZ in one chunk per thread: the same
-    numbers as one call, and the chunks really run on other threads."""
+    """Where ArviZ's own functions take the rows (those the batched ones do not), rank R-hat, bulk ESS and
+    the MCSEs of long rows go to ArviZ in one chunk per thread: the same numbers as one call, and the
+    chunks really run on other threads; the batched functions give them to rounding."""
     import threading
 
     rng = np.random.default_rng(5)
     draws = np.stack([_ar1(phi, 4, 2500, rng) for phi in (0.0, 0.3, 0.6, 0.9, 0.95)])  # (5, chain, draw)
     probs = (0.03, 0.97)
+    batched = (compat.rhats(draws), compat.ess_bulk(draws), compat.mcse_rows(list(draws), probs))
+    monkeypatch.setattr(compat.batched_diagnostics, "handles", lambda ary: False)
     monkeypatch.setattr(compat, "_usable_cores", lambda: 1)
     one = (compat.rhats(draws), compat.ess_bulk(draws), compat.mcse_rows(list(draws), probs))
     ran_on = set()
@@ -186,8 +189,9 @@ def test_diagnostics_spread_over_threads_give_the_numbers_of_one_thread(monkeypa
     monkeypatch.setattr(compat, "_map_in_threads", recording)
     spread = (compat.rhats(draws), compat.ess_bulk(draws), compat.mcse_rows(list(draws), probs))
     assert len(ran_on) >= 2 and threading.get_ident() not in ran_on
-    for a, b in zip(one, spread):
+    for a, b, c in zip(one, spread, batched):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(c, a, rtol=1e-9)
     # each row's mcse as ArviZ gives it alone: mean, sd, then the quantiles
     for row, got in zip(draws, spread[2]):
         want = [compat.mcse_mean(row), compat.mcse_sd(row)] + [compat.mcse_quantile(row, p) for p in probs]

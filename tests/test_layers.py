@@ -31,7 +31,7 @@ ARVIZ_LAYER = {"summary", "summary_table", "convergence", "accessor", "plots"}
 # dependencies (dask, rich) only when used
 EVERYWHERE = {"cluster", "progress"}
 # ArviZ's containers and versions: for the edges and the ArviZ layer, not for the array layers
-ARVIZ_SHARED = {"compat", "idata_groups"}
+ARVIZ_SHARED = {"compat", "idata_groups", "batched_diagnostics"}
 HEAVY = ("pymc", "pytensor", "arviz", "arviz_base", "arviz_stats", "arviz_plots", "xarray_einstats", "dask",
          "distributed", "bambi", "stan", "httpstan", "cmdstanpy", "numba")
 

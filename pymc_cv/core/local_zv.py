@@ -145,8 +145,10 @@ def directional_stein_features(X, S, order):
 
 def local_orders(n, m):
     """Orders of the local bases tried on m coordinates with n draws (order o: fields of degree o - 1):
-    2, and 3 up to 4 coordinates, each with enough draws per coefficient."""
-    orders = [2, 3] if m <= 4 else [2]
+    2, and 3 up to 2 coordinates, each with enough draws per coefficient."""
+    # order 3 on three coordinates (a group effect, the mean and the scale): 31 features instead of 13 for
+    # the same error (J = 1,000: median 0.173 of MCMC's either way, summary 16 s -> 12 s without it)
+    orders = [2, 3] if m <= 2 else [2]
     return [o for o in orders if n >= _DRAWS_PER_COEFFICIENT * (1 + n_directional_features(m, o))]
 
 
@@ -227,21 +229,21 @@ def _fit_designs(X, S, Y, cols, subs, orders, fold):
         Dt = D.transpose(0, 2, 1)
         Gf = np.stack([Dt[:, :, edges[f]:edges[f + 1]] @ D[:, edges[f]:edges[f + 1]] for f in range(K)], axis=1)
         hf = np.stack([Dt[:, :, edges[f]:edges[f + 1]] @ y[:, edges[f]:edges[f + 1]] for f in range(K)], axis=1)
+        # a slot that repeats its design's first integrand is not one of the design's own
+        own_slot = np.arange(c)[None, :] < np.array([len(mm) for mm in members[a:a + b]])[:, None]
         for order, w in zip(orders, widths):
             fitted = _solve_block(D[:, :, :w], y, Gf[:, :, :w, :w], hf[:, :, :w], edges)
-            for u, mm in enumerate(members[a:a + b]):
-                idx = slots[u, :len(mm)]
-                err = np.mean(fitted.resid[u, :, :len(mm)] ** 2, axis=0)
-                better = err < best[idx]
-                if not better.any():
-                    continue
-                idx, cc = idx[better], np.flatnonzero(better)
-                best[idx] = err[better]
-                out.estimate[idx] = fitted.estimate[u, cc]
-                out.jackknife[idx] = fitted.jackknife[u, cc]
-                out.jackknife_bias[idx] = fitted.jackknife_bias[u, cc]
-                out.order[idx] = order
-                out.resid[order_of[:, None], idx[None, :]] = fitted.resid[u][:, cc]
+            err = np.mean(fitted.resid**2, axis=1)  # (b, c)
+            better = own_slot & (err < best[slots])
+            if not better.any():
+                continue
+            idx = slots[better]
+            best[idx] = err[better]
+            out.estimate[idx] = fitted.estimate[better]
+            out.jackknife[idx] = fitted.jackknife[better]
+            out.jackknife_bias[idx] = fitted.jackknife_bias[better]
+            out.order[idx] = order
+            out.resid[order_of[:, None], idx[None, :]] = fitted.resid.transpose(1, 0, 2)[:, better]
     return out
 
 

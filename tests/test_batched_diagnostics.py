@@ -1,0 +1,53 @@
+"""ArviZ's diagnostics batched over rows (``pymc_cv.batched_diagnostics``) against ArviZ's own, row by row,
+on the installed ArviZ (0.x or 1.x)."""
+
+import numpy as np
+import pytest
+
+from chains import ar1_chain
+from pymc_cv import batched_diagnostics as bd
+from pymc_cv import compat
+
+
+def _arviz(row, name, **kw):
+    """ArviZ's own diagnostic ``name`` ("ess", "rhat" or "mcse") of one (chain, draw) row."""
+    with compat._mcse_function():  # ArviZ's warnings silenced, ArviZ 0.x on its numpy path
+        if compat.arviz_major() >= 1:
+            with compat._array_stats() as stats:
+                return float(getattr(stats, name)(row, **kw))
+        import arviz as az
+
+        with compat._numpy_path():
+            return float(np.ravel(getattr(az, name)(row, **kw))[0])
+
+
+def _rows(n_draw, n_chain=4, seed=0):
+    rng = np.random.default_rng(seed + n_draw)
+    rows = [np.stack([ar1_chain(rng, n_draw, phi) for _ in range(n_chain)]) for phi in (-0.6, 0.0, 0.5, 0.95, 0.999)]
+    rows.append(np.stack([np.sin(np.arange(n_draw) / 7.0 + c) for c in range(n_chain)]))  # periodic
+    rows.append(np.round(rows[2] * 2) / 2)  # ties, as a discrete quantity has them
+    rows.append(np.exp(2 * rows[1]))  # skewed
+    rows.append(rows[3] + np.arange(n_chain)[:, None])  # chains that disagree
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("n_draw, n_chain", [(4, 4), (5, 2), (101, 4), (1000, 4), (300, 1)])
+def test_batched_diagnostics_are_arvizs(n_draw, n_chain):
+    ary = _rows(n_draw, n_chain)
+    cases = [(bd.ess_mean(ary), "ess", {"method": "mean"}), (bd.ess_bulk(ary), "ess", {"method": "bulk"}),
+             (bd.mcse_mean(ary), "mcse", {"method": "mean"}), (bd.mcse_sd(ary), "mcse", {"method": "sd"})]
+    cases += [(bd.mcse_quantile(ary, p), "mcse", {"method": "quantile", "prob": p}) for p in (0.03, 0.5, 0.97)]
+    if n_chain > 1:
+        cases.append((bd.rhat_rank(ary), "rhat", {"method": "rank"}))
+    for got, name, kw in cases:
+        want = np.array([_arviz(r, name, **kw) for r in ary])
+        np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=f"{name} {kw}")
+
+
+def test_a_constant_row_has_the_ess_of_its_size_and_rows_arviz_must_take_are_said():
+    ary = np.full((1, 4, 50), 2.5)
+    assert bd.ess_mean(ary)[0] == 200
+    assert bd.handles(ary) and not bd.handles(ary[:, :, :3])
+    bad = np.ones((2, 4, 50))
+    bad[1, 0, 3] = np.nan
+    assert not bd.handles(bad)
