@@ -14,6 +14,8 @@ Every function takes ``ary`` (rows, chain, draw), finite, with at least 4 draws 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import stats
 from scipy.fftpack import next_fast_len
@@ -27,6 +29,18 @@ _BLOCK_ROWS = 256
 def handles(ary):
     """Whether ``ary`` (rows, chain, draw) is one these functions take (else ArviZ's own per row)."""
     return ary.ndim == 3 and ary.shape[0] > 0 and ary.shape[2] >= 4 and bool(np.all(np.isfinite(ary)))
+
+
+def _by_blocks(fn):
+    """``fn`` applied to blocks of at most ``_BLOCK_ROWS`` rows: the working arrays (ranks, FFTs, sorts) stay
+    the size of a block, not of the table (J = 10,000: 20,000 rows of 4,000 values)."""
+    @functools.wraps(fn)
+    def blocked(ary, *args):
+        if ary.shape[0] <= _BLOCK_ROWS:
+            return fn(ary, *args)
+        return np.concatenate([fn(ary[a:a + _BLOCK_ROWS], *args) for a in range(0, ary.shape[0], _BLOCK_ROWS)])
+
+    return blocked
 
 
 def _split(ary):
@@ -43,16 +57,19 @@ def _z_scale(ary):
     return stats.norm.ppf((rank - 3 / 8) / (size - 2 * 3 / 8 + 1)).reshape(ary.shape)
 
 
+@_by_blocks
 def ess_mean(ary):
     """ESS of the mean of each row (ArviZ's ``ess(method="mean")``)."""
     return _ess(_split(ary))
 
 
+@_by_blocks
 def ess_bulk(ary):
     """Bulk ESS of each row (ArviZ's ``ess(method="bulk")``)."""
     return _ess(_z_scale(_split(ary)))
 
 
+@_by_blocks
 def rhat_rank(ary):
     """Rank-normalised split R-hat of each row (ArviZ's ``rhat(method="rank")``): NaN with one chain."""
     if ary.shape[1] < 2:
@@ -64,12 +81,14 @@ def rhat_rank(ary):
     return np.maximum(bulk, tail)
 
 
+@_by_blocks
 def mcse_mean(ary):
     """MCSE of the mean of each row: sd / sqrt(ESS of the mean)."""
     sd = np.std(ary.reshape(ary.shape[0], -1), axis=1, ddof=1)
     return sd / np.sqrt(ess_mean(ary))
 
 
+@_by_blocks
 def mcse_sd(ary):
     """MCSE of the sd of each row, from the ESS of its centred squares."""
     flat = ary.reshape(ary.shape[0], -1)
@@ -82,6 +101,7 @@ def mcse_sd(ary):
     return np.sqrt(varvar / evar / 4)
 
 
+@_by_blocks
 def mcse_quantile(ary, prob):
     """MCSE of the ``prob`` quantile of each row, from the ESS of its indicator."""
     rows = ary.shape[0]
@@ -116,9 +136,8 @@ def _ess(ary):
     constant = spread < np.finfo(float).resolution
     out[constant] = n_chain * n_draw
     todo = np.flatnonzero(~constant)
-    for a in range(0, todo.size, _BLOCK_ROWS):
-        block = todo[a:a + _BLOCK_ROWS]
-        out[block] = _ess_varying(ary[block])
+    if todo.size:
+        out[todo] = _ess_varying(ary[todo])
     return out
 
 

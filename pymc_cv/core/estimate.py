@@ -46,10 +46,6 @@ METHODS = ("mc", "zv1", "zv2", "zv2diag", "zv3", "zv", "cf", "secf", "auto")
 _MAX_TUNE_COLUMNS = 20
 # held-out residual variance below this share of var(f): the integrand is already exact
 _EXACT = 1e-20
-# above exact_max_n draws, kernel CVs (inducing points: the most costly fit) are not fitted for an
-# integrand whose ZV-CV already cut its held-out variance this many times (regression, d = 31, 4 x 25,000
-# draws: ...)
-_ENOUGH_REDUCTION = 1e4
 
 
 @dataclass(frozen=True)
@@ -424,27 +420,17 @@ def _shared_least_squares_factor(bases, draws, live, opts):
         return None
 
 
-def _kernel_plan(kernel_names, strict, draws, opts, candidates, live, notes):
+def _kernel_plan(kernel_names, strict, d, kernel_max_dim, candidates, live, notes):
     """Kernel designs still worth fitting and the integrands to fit them for (``method="auto"``
-    fits none above ``kernel_max_dim``, skips integrands a ZV-CV already made exact and, above
-    ``exact_max_n`` draws, those a ZV-CV already made accurate enough)."""
-    n, d = draws.X.shape
+    fits none above ``kernel_max_dim`` and skips integrands a ZV-CV already made exact)."""
     if not kernel_names or strict:
         return kernel_names, live
-    if d > opts.kernel_max_dim:
-        notes.append(f"no kernel CVs: d = {d} > kernel_max_dim = {opts.kernel_max_dim} (they rarely pay in "
+    if d > kernel_max_dim:
+        notes.append(f"no kernel CVs: d = {d} > kernel_max_dim = {kernel_max_dim} (they rarely pay in "
                      "this many dimensions and cost O(d) per kernel entry); ZV-CVs or MC only.")
         return [], live
-    enough = _EXACT if n <= opts.exact_max_n else 1 / _ENOUGH_REDUCTION
-    done = [c.columns[np.var(c.resid, axis=0) <= enough * np.var(draws.Y[:, c.columns], axis=0)] for c in candidates]
-    todo = np.setdiff1d(live, np.concatenate(done)) if done else live
-    skipped = live.size - todo.size
-    if n > opts.exact_max_n and skipped:
-        notes.append(f"kernel CVs not fitted for {skipped} of {live.size} integrands: above exact_max_n = "
-                     f"{opts.exact_max_n} draws a ZV-CV already reduced their held-out variance "
-                     f"{_ENOUGH_REDUCTION:.0e}-fold or more (an error about 1% of MC's or less), which the "
-                     "inducing-point kernel fit would refine at many times the cost.")
-    return kernel_names, todo
+    exact = [c.columns[np.var(c.resid, axis=0) <= _EXACT] for c in candidates]
+    return kernel_names, (np.setdiff1d(live, np.concatenate(exact)) if exact else live)
 
 
 @single_threaded_when_small(lambda values, *a, **k: np.shape(values)[0])
@@ -665,7 +651,7 @@ class _Solver:
         if self.local is not None and not strict and live.size:
             candidates += local_zero_variance_candidates(Xs, Ss, Ystd, self.local, live, self.chain, opts.folds,
                                                          first=None if rep is None else rep[0])
-        kernel_names, todo = _kernel_plan(kernel_names, strict, draws, opts, candidates, live, notes)
+        kernel_names, todo = _kernel_plan(kernel_names, strict, d, opts.kernel_max_dim, candidates, live, notes)
         if kernel_names and todo.size:
             try:
                 rng = np.random.default_rng(opts.random_seed)
