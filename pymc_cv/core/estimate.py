@@ -29,8 +29,8 @@ from .finalize import Candidate
 from .heldout import fold_labels, repeated_draws
 from .kernel_cv import design_matrix, fit_exact_heldout, low_rank_factor
 from .kernels import KERNEL_NAMES, make_kernel
-from .local_zv import LocalCoordinates, local_zero_variance_candidates
 from .linalg import loo_residuals, restricted_loglik
+from .local_zv import LocalCoordinates, local_zero_variance_candidates
 from .nystrom import MAX_INDUCING, choose_inducing
 from .polynomial import n_polynomial_features
 from .problem import HeldoutProblem, KernelSpec
