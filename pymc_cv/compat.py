@@ -240,9 +240,39 @@ _BATCHED = {("ess", "mean"): batched_diagnostics.ess_mean, ("ess", "bulk"): batc
             ("rhat", "rank"): batched_diagnostics.rhat_rank}
 
 
+def _arviz_row(row, name, **kwargs):
+    """ArviZ's own ``name`` ("ess", "rhat" or "mcse") of one (chain, draw) array, a float."""
+    with _mcse_function():  # ArviZ's warnings silenced, ArviZ 0.x on its numpy path
+        if arviz_major() >= 1:
+            with _array_stats() as stats:
+                return float(np.ravel(getattr(stats, name)(row, **kwargs))[0])
+        import arviz as az
+
+        return float(np.ravel(getattr(az, name)(row, **kwargs))[0])
+
+
+@functools.cache
+def batched_agreeing():
+    """The batched diagnostics that give the installed ArviZ's own numbers, checked once on fixed draws
+    (ArviZ 0.20's MCSE of the sd is another formula): {(name, method)}; the others go to ArviZ row by row."""
+    rng = np.random.default_rng(0)
+    ary = np.cumsum(rng.normal(size=(3, 4, 60)), axis=2) * 0.3 + rng.normal(size=(3, 4, 60))
+    ary[2] = np.round(ary[2])  # ties
+    batched = {**_BATCHED, ("mcse", "mean"): batched_diagnostics.mcse_mean,
+               ("mcse", "sd"): batched_diagnostics.mcse_sd,
+               ("mcse", "quantile"): lambda a: batched_diagnostics.mcse_quantile(a, 0.03)}
+    agreeing = set()
+    for (name, method), fn in batched.items():
+        kwargs = {"method": method, **({"prob": 0.03} if method == "quantile" else {})}
+        want = np.array([_arviz_row(row, name, **kwargs) for row in ary])
+        if np.allclose(fn(ary), want, rtol=1e-9, atol=0.0):
+            agreeing.add((name, method))
+    return frozenset(agreeing)
+
+
 def _computed_diagnostic(ary, name, **kwargs):
     batched = _BATCHED.get((name, kwargs.get("method")))
-    if batched is not None and set(kwargs) == {"method"}:
+    if batched is not None and set(kwargs) == {"method"} and (name, kwargs["method"]) in batched_agreeing():
         flat = ary.reshape((-1,) + ary.shape[-2:])
         if batched_diagnostics.handles(flat):
             return batched(flat).reshape(ary.shape[:-2])
@@ -368,7 +398,7 @@ def mcse_rows(rows, probs):
     rest = []
     for shape, idx in by_shape.items():
         ary = np.stack([rows[i] for i in idx]) if len(shape) == 2 else None
-        if ary is None or not batched_diagnostics.handles(ary):
+        if ary is None or not batched_diagnostics.handles(ary) or not _MCSES <= batched_agreeing():
             rest += idx
             continue
         out[idx] = np.column_stack([batched_diagnostics.mcse_mean(ary), batched_diagnostics.mcse_sd(ary)]
@@ -376,6 +406,9 @@ def mcse_rows(rows, probs):
     if rest:
         out[rest] = _mcse_rows_by_arviz([rows[i] for i in rest], probs)
     return out
+
+
+_MCSES = {("mcse", "mean"), ("mcse", "sd"), ("mcse", "quantile")}
 
 
 def _mcse_rows_by_arviz(rows, probs):
