@@ -6,7 +6,9 @@ a hierarchical model with J = 10,000 groups spent about 100 s of its 170 s there
 offset, FFT autocovariances, Geyer's initial positive and monotone sequences, the floor 1 / log10(n) on
 tau; the MCSE of the sd from the ESS of the centred squares; the quantile's from the ESS of its
 indicator and the beta quantiles of the sorted draws), each step taken for all rows together.  They
-agree with ArviZ's to rounding on both ArviZ versions (``tests/test_batched_diagnostics.py``).
+agree with ArviZ 0.23's and arviz-stats 1.3's to rounding (``tests/test_batched_diagnostics.py``);
+:func:`pymc_cv.compat.batched_agreeing` checks each against the installed ArviZ once and leaves to ArviZ
+any that differs (ArviZ 0.20's MCSE of the sd is another formula).
 
 Every function takes ``ary`` (rows, chain, draw), finite, with at least 4 draws per chain; the caller
 (:mod:`pymc_cv.compat`) sends ArviZ any row outside that.
