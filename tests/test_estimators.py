@@ -256,6 +256,12 @@ def test_auto_skips_a_full_quadratic_basis_that_would_take_minutes():
     bases, _ = _planned_methods("auto", 4_000, 10, notes)
     assert (2, True) in bases and notes == []
     assert (2, True) in _planned_methods("zv2", 20_000, 89)[0]  # asked for by name: fitted
+    # "zv" is held to the same budget: ZV-3 in 30 dimensions has 5,455 features
+    notes = []
+    bases, kernels = _planned_methods("zv", 100_000, 30, notes)
+    assert bases == [(1, True), (2, False)] and kernels == []
+    assert [n.split(" with")[0] for n in notes] == ["ZV-2", "ZV-3"] and "5455 features" in notes[1]
+    assert (3, True) in _planned_methods("zv", 20_000, 5)[0]  # 55 features: cheap, fitted
 
 
 def test_the_cf_shares_the_secf_kernel_only_where_that_costs_it_nothing_held_out():

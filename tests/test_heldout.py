@@ -269,6 +269,28 @@ def test_inducing_ladder_grows_m_fourfold_and_keeps_the_m_after_which_the_error_
     assert choice.fits[0].resid.shape == (4000, 1)
 
 
+def test_inducing_ladder_stops_where_every_integrand_is_within_a_millionth_of_its_variance(monkeypatch):
+    """A linear integrand with a small smooth part: the SECF's linear term explains all but ~1e-8 of
+    its variance at M = 250, so M = 1,000 (which would explain more of the rest) is not fitted."""
+    from pymc_cv.core import nystrom
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(4000, 5))
+    y = x[:, 0] + 1e-4 * np.sin(2 * x[:, 1])
+    labels = fold_labels(4000, np.repeat([0, 1, 2, 3], 1000), 10)
+    problem = HeldoutProblem(x, -x, y[:, None], np.zeros(4000, dtype=int), 1, labels)
+    spec = KernelSpec(SquaredExponential(lengthscale=np.full(5, 2.0)), np.ones((1, 1)), 1e-6, [1])
+    choice = nystrom.choose_inducing(problem, spec, np.random.default_rng(0))
+    assert choice.accurate and choice.m == 250 and len(choice.path) == 1
+    assert choice.path[0][1] <= nystrom.ACCURATE_ENOUGH
+    assert np.all(np.isfinite(choice.fits[0].resid))
+    # without the stop the ladder climbs, and the larger M explains more: the stop is what ended it
+    monkeypatch.setattr(nystrom, "ACCURATE_ENOUGH", 0.0)
+    climbed = nystrom.choose_inducing(problem, spec, np.random.default_rng(0))
+    assert not climbed.accurate and [m for m, _ in climbed.path] == [250, 1000]
+    assert climbed.path[1][1] < 0.9 * climbed.path[0][1]
+
+
 def test_above_exact_max_n_a_factor_is_given_up_at_the_inducing_limit(monkeypatch):
     from pymc_cv.core import estimate, kernel_cv
 
