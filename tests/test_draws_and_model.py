@@ -549,3 +549,32 @@ def test_scores_follow_a_data_change_that_changes_the_shapes_of_the_parameters()
         # log p = -|a|^2 / 2 - (y - sum a)^2 / 2: the exact gradient at every draw
         exact = -x + (0.5 - x.sum(axis=-1, keepdims=True))
         np.testing.assert_allclose(np.asarray(scored["score"]["a"]), exact, rtol=1e-10, atol=1e-12)
+
+
+def test_with_chains_the_stein_check_takes_the_ess_only_where_the_bound_at_ess_n_is_beyond_its_threshold():
+    """AR(1) chains of N(0, I) draws in 30 coordinates, five of them with scores 0.7 x the right ones (their
+    cross identity is -0.7): those columns' z are the ones at ArviZ's ESS, every other z is the bound at
+    ESS = draws (at least as large, and within the threshold as the one at the ESS)."""
+    from chains import ar1_chain
+
+    from pymc_cv.core.score_check import _log_scale_z, stein_check
+    from pymc_cv.core.standard_errors import effective_sample_sizes
+
+    rng = np.random.default_rng(40)
+    chain = np.repeat(np.arange(4), 1000)
+    x = np.column_stack([np.concatenate([ar1_chain(rng, 1000, 0.6) for _ in range(4)]) for _ in range(30)])
+    s = -x.copy()
+    s[:, :5] *= 0.7
+    chk = stein_check(x, s, chain)
+    xc = x - x.mean(axis=0)
+    g = np.column_stack([s / s.std(axis=0), xc * s])
+    target = np.concatenate([np.zeros(30), -np.ones(30)])
+    mcse = g.std(axis=0, ddof=1) / np.sqrt(effective_sample_sizes(g, chain))
+    z_all = (g.mean(axis=0) - target) / mcse
+    z_all[30:] = _log_scale_z(-g.mean(axis=0)[30:], mcse[30:], z_all[30:])
+    z_all = z_all.reshape(2, 30)
+    over = np.abs(chk.z) > chk.threshold
+    assert over[1, :5].all() and over.sum() == 5
+    np.testing.assert_allclose(chk.z[over], z_all[over], rtol=1e-12)
+    assert np.all(np.abs(chk.z) >= np.abs(z_all) * (1 - 1e-12))
+    assert chk.level == "mild" and np.abs(z_all[:, 5:]).max() < chk.threshold
