@@ -70,3 +70,20 @@ def test_a_constant_row_has_the_ess_of_its_size_and_rows_arviz_must_take_are_sai
     bad = np.ones((2, 4, 50))
     bad[1, 0, 3] = np.nan
     assert not bd.handles(bad)
+
+
+def test_rank_normalisation_equals_scipys_average_ranks_to_the_last_bit():
+    """Rows without ties, with runs of ties (repeated draws, a rounded quantity), constant: the normal
+    scores of SciPy's average ranks, as ArviZ computes them, bit for bit."""
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    ary = rng.normal(size=(6, 4, 300))
+    ary[1, 1, :7] = ary[1, 0, 3]  # a run of 8 equal values
+    ary[2] = np.round(ary[2], 1)
+    ary[3] = 2.0
+    ary[4, 2, 10:12] = ary[4, 2, 9]
+    flat = ary.reshape(6, -1)
+    rank = stats.rankdata(flat, method="average", axis=1)
+    expected = stats.norm.ppf((rank - 3 / 8) / (flat.shape[1] - 2 * 3 / 8 + 1)).reshape(ary.shape)
+    np.testing.assert_array_equal(bd._z_scale(ary), expected)
