@@ -146,7 +146,7 @@ def _divergence_z(values, divergent):
     return (ranks[:, mask].mean(axis=1) - 0.5) / np.sqrt(1.0 / (12.0 * k))
 
 
-def row_convergence(values, resid, divergent=None):
+def row_convergence(values, resid, divergent=None, rhat=None):
     """Convergence of each row of a table.
 
     Parameters
@@ -157,6 +157,9 @@ def row_convergence(values, resid, divergent=None):
         Their held-out residuals (f minus the fitted CV; f minus the mean for MC rows).
     divergent : array (chain, draw) of bool, optional
         Divergent transitions, when too few to concern every row (:func:`divergence_note`).
+    rhat : array (rows,), optional
+        The rows' R-hats where already computed (ArviZ's rank-normalised split R-hat of these values);
+        nan entries are computed here.
 
     Returns
     -------
@@ -168,9 +171,12 @@ def row_convergence(values, resid, divergent=None):
         nan = np.full(rows, np.nan)
         return RowConvergence(nan, nan, nan, [""] * rows)
     varying = np.ptp(values.reshape(rows, -1), axis=1) > 0
-    rhat, ess = np.full(rows, np.nan), np.full(rows, np.nan)
+    known = np.full(rows, np.nan) if rhat is None else np.asarray(rhat, dtype=float)
+    rhat, ess = np.where(varying, known, np.nan), np.full(rows, np.nan)
+    todo = varying & np.isnan(known)
+    if todo.any():
+        rhat[todo] = compat.rhats(values[todo])
     if varying.any():
-        rhat[varying] = compat.rhats(values[varying])
         ess[varying] = compat.ess_bulk(values[varying])
     spread = _chain_spread_se(np.asarray(resid, dtype=float))
     div_z = np.zeros(rows)

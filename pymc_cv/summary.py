@@ -901,6 +901,18 @@ def _temperature_table(idata, var_names, model, settings, check_scores, progress
     return records, results, notes
 
 
+def _rhats_known(labels, vals, results):
+    """Each row's R-hat where the fit's mixing check computed it on the row's own values (nan elsewhere)."""
+    out = np.full(len(labels), np.nan)
+    for i, lab in enumerate(labels):
+        res, j = results[lab]
+        rhat = getattr(res, "rhat", None)
+        if rhat is not None and np.ndim(rhat) == 1 and j < len(res.values) \
+                and np.array_equal(np.ravel(res.values[j]), vals[i].ravel()):
+            out[i] = rhat[j]
+    return out
+
+
 def _with_convergence(records, every_row, results, divergent):
     """``records`` with each row's convergence checks applied (R-hat, bulk ESS, chains that
     disagree: see :mod:`pymc_cv.convergence`), and the notes of the rows they flagged."""
@@ -909,7 +921,7 @@ def _with_convergence(records, every_row, results, divergent):
     vals = np.stack([values[lab] for lab in labels])
     resid = np.stack([np.asarray(results[lab][0].heldout_residuals[results[lab][1]]).reshape(vals.shape[1:])
                       for lab in labels])
-    conv = row_convergence(vals, resid, divergent)
+    conv = row_convergence(vals, resid, divergent, rhat=_rhats_known(labels, vals, results))
     out, notes = [], []
     for rec, spread, note, ess, rhat in zip(records, conv.chain_spread_se, conv.notes, conv.ess_bulk, conv.rhat):
         cv_mcse = max(rec.cv_mcse, float(spread)) if np.isfinite(spread) else rec.cv_mcse

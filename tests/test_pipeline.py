@@ -61,6 +61,14 @@ def test_only_the_mixing_columns_are_checked():
     assert skipped.se_reliable.all() and not any("disagree" in n for n in skipped.notes)
     checked = pipeline.run(Y, chain, _exact_for_first_column(Y), mixing_columns=np.array([1]))
     assert list(checked.se_reliable) == [True, False] and checked.notes[0].startswith("integrand 1: its chains")
+    # the R-hats the check computed are kept, ArviZ's own, and nan where no check was made
+    from pymc_cv import compat
+
+    by_chain = np.stack([Y[chain == c].T for c in (0, 1)], axis=1)
+    assert np.isnan(checked.rhat[0]) and checked.rhat[1] == compat.rhats(by_chain[1:])[0] > 1.5
+    everything = pipeline.run(Y, chain, _exact_for_first_column(Y))
+    np.testing.assert_allclose(everything.rhat, compat.rhats(by_chain), rtol=1e-12)
+    assert np.isnan(pipeline.run(Y, None, _exact_for_first_column(Y)).rhat).all()  # no chains: nothing judged
 
 def test_scores_of_another_target_are_an_error_and_a_mild_mismatch_a_finding():
     import pytest

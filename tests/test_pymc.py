@@ -158,6 +158,9 @@ def test_kind_and_round_to_lay_out_the_table_as_arviz(hierarchical):
     np.testing.assert_allclose(table.loc["mu"], full.loc["mu", table.columns].astype(float).round(2))
     diag = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, kind="diagnostics")
     assert {"mcse_mean", "cv_mcse", "ess_bulk", "r_hat", "se_reliable"} <= set(diag.columns)
+    # the fit's mixing check computed the row's R-hat; the table shows that one, ArviZ's own
+    mu = np.asarray(group(idata, "posterior")["mu"])
+    assert diag.loc["mu", "r_hat"] == pymc_cv.compat.rhats(mu[None])[0]
     assert not {"mean", "cv_mean"} & set(diag.columns)
     # round_to=2: the standard errors to two significant digits, so that a CV's se of 1e-7 is not 0.0
     rounded = pymc_cv.summary(idata, model=model, var_names=["mu"], method="zv1", progressbar=False, round_to=2)

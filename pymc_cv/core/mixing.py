@@ -10,46 +10,57 @@ in 99.9% of simulations; the ESS of the pooled draws would be lowered by the ver
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .external import diagnostics
 
-__all__ = ["unmixed_columns", "unmixed_note"]
+__all__ = ["Mixing", "chain_mixing", "unmixed_columns", "unmixed_note"]
 
 _RHAT_FLOOR = 1.01  # ArviZ's advice for final inferences
 _RHAT_NOISE = 10.0
 
 
-def unmixed_columns(values, chain):
-    """{column: (R-hat, limit)} for the columns of ``values`` (n, k) whose chains disagree beyond
-    chance; empty without chain labels, with fewer than 2 chains, unequal chains or chains of fewer
-    than 8 draws (nothing judged)."""
+class Mixing(NamedTuple):
+    """Each column's R-hat (nan where not computed: constant columns, no chains to compare) and the
+    columns whose chains disagree beyond chance, {column: (R-hat, limit)}."""
+
+    rhat: np.ndarray
+    unmixed: dict
+
+
+def chain_mixing(values, chain):
+    """The :class:`Mixing` of the columns of ``values`` (n, k); nothing judged (R-hat nan) without
+    chain labels, with fewer than 2 chains, unequal chains or chains of fewer than 8 draws."""
+    Y = np.asarray(values, dtype=float)
+    Y = Y.reshape(Y.shape[0], -1)
+    rhat = np.full(Y.shape[1], np.nan)
     if chain is None:
-        return {}
+        return Mixing(rhat, {})
     chain = np.asarray(chain)
     labels, counts = np.unique(chain, return_counts=True)
-    if labels.size < 2 or np.unique(counts).size != 1 or counts[0] < 8:
-        return {}
-    Y = np.asarray(values, dtype=float).reshape(chain.size, -1)
-    V = np.stack([Y[chain == lab].T for lab in labels], axis=1)  # (k, chain, draw)
     live = np.ptp(Y, axis=0) > 0
-    out = {}
-    if not live.any():
-        return out
+    if labels.size < 2 or np.unique(counts).size != 1 or counts[0] < 8 or not live.any():
+        return Mixing(rhat, {})
+    V = np.stack([Y[chain == lab].T for lab in labels], axis=1)  # (k, chain, draw)
     found = diagnostics()
     cols = np.flatnonzero(live)
-    r = np.atleast_1d(np.asarray(found.rhat(V[cols]), dtype=float))
+    rhat[cols] = np.atleast_1d(np.asarray(found.rhat(V[cols]), dtype=float))
     # the limit is never below the floor, so only columns above it need the per-chain ESS (each
     # column's is as costly as its R-hat, four times over with four chains)
-    cols, r = cols[r > _RHAT_FLOOR], r[r > _RHAT_FLOOR]
+    cols = cols[rhat[cols] > _RHAT_FLOOR]
     if not cols.size:
-        return out
+        return Mixing(rhat, {})
     ess = sum(np.atleast_1d(np.asarray(found.ess_bulk(V[cols][:, c:c + 1]), dtype=float)) for c in range(labels.size))
     limit = 1.0 + np.maximum(_RHAT_FLOOR - 1.0, _RHAT_NOISE / np.maximum(ess, 1e-12))
-    for j, rj, lj in zip(cols, r, limit):
-        if rj > lj:
-            out[int(j)] = (float(rj), float(lj))
-    return out
+    return Mixing(rhat, {int(j): (float(rhat[j]), float(lj)) for j, lj in zip(cols, limit) if rhat[j] > lj})
+
+
+def unmixed_columns(values, chain):
+    """{column: (R-hat, limit)} for the columns of ``values`` (n, k) whose chains disagree beyond
+    chance (:func:`chain_mixing`)."""
+    return chain_mixing(values, chain).unmixed
 
 
 def unmixed_note(where, rhat, limit):

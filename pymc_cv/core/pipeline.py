@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .finalize import finalize
-from .mixing import unmixed_columns, unmixed_note
+from .mixing import chain_mixing, unmixed_columns, unmixed_note
 from .score_check import apply_stein_check
 from .uncertainty import heavy_tail_note
 
@@ -108,7 +108,7 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     candidates = solver(notes)
     res = finalize(values, chains, candidates, choose=choose, fallback=fallback, kind=kind, notes=notes,
                    standardizer=standardizer, khat=khat)
-    for j, (rhat, limit) in _unmixed(values, chains, kind, mixing_columns):
+    for j, (rhat, limit) in _unmixed(values, chains, kind, mixing_columns, res):
         res.mark_unreliable(unmixed_note(f"{kind} {j}", rhat, limit), j)
     for f in reversed(list(findings)):
         rows = f.rows
@@ -123,14 +123,19 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     return res
 
 
-def _unmixed(values, chains, kind, columns=None):
-    """(row, (R-hat, limit)) for the rows (of ``columns``, None: all) whose chains disagree beyond chance."""
+def _unmixed(values, chains, kind, columns, res):
+    """(row, (R-hat, limit)) for the rows (of ``columns``, None: all) whose chains disagree beyond chance;
+    the R-hats of the integrands checked are kept on ``res`` (``CVResult.rhat``)."""
     if kind == "integrand":
-        if columns is None:
-            yield from unmixed_columns(values, chains).items()
-        elif columns.size:
-            for j, found in unmixed_columns(np.asarray(values)[:, columns], chains).items():
-                yield int(columns[j]), found
+        Y = np.asarray(values)
+        Y = Y.reshape(Y.shape[0], -1)
+        cols = np.arange(Y.shape[1]) if columns is None else columns
+        res.rhat = np.full(Y.shape[1], np.nan)
+        if cols.size:
+            found = chain_mixing(Y[:, cols], chains)
+            res.rhat[cols] = found.rhat
+            for j, pair in found.unmixed.items():
+                yield int(cols[j]), pair
         return
     for t, y in enumerate(values):
         for _, found in unmixed_columns(y, None if chains is None else chains[t]).items():
@@ -140,7 +145,7 @@ def _unmixed(values, chains, kind, columns=None):
 def squeeze(res):
     """The result of one integrand: every per-integrand array a scalar, ``fits`` the one fit."""
     for key in ("estimate", "se", "mc_estimate", "mc_se", "method", "variance_reduction", "se_reliable", "khat",
-                "jackknife_bias"):
+                "jackknife_bias", "rhat"):
         setattr(res, key, np.ravel(getattr(res, key))[0])
     if res.fits is not None:
         res.fits = res.fits[0]

@@ -38,6 +38,9 @@ class CVResult:
         computed): a diagnostic; above 0.7 the fit extrapolates from few draws, which fits that
         nearly interpolate the draws always do (their se accounts for it).
     B : the task matrix used (vv-CVs only).
+    rhat : ArviZ's rank-normalised split R-hat of each integrand's values, from the check that the
+        chains mixed (nan where it was not made: no chain labels, a constant integrand, columns
+        left out of ``check_mixing``; None for estimators over tasks).
     notes : human-readable remarks (fallbacks, unreliable se, ...).
     values : list of arrays, the integrand values of each integrand (task).
     heldout_residuals : list of arrays, f - g at each draw from a fit that did not see that
@@ -68,6 +71,7 @@ class CVResult:
     khat: np.ndarray
     jackknife_bias: np.ndarray | None = None
     B: np.ndarray | None = None
+    rhat: np.ndarray | None = None
     hyperparameters: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     values: list = field(default_factory=list, repr=False)
