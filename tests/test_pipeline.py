@@ -1,6 +1,7 @@
 """The pipeline every estimator runs (core/pipeline.py): what it marks, and where."""
 
 import numpy as np
+import pytest
 
 from pymc_cv.core import pipeline
 from pymc_cv.core.finalize import Candidate
@@ -169,3 +170,35 @@ def test_the_residuals_ess_is_skipped_only_where_the_integrands_ess_is_n_and_not
     np.testing.assert_allclose(res.variance_reduction, (mcse / se_held) ** 2, rtol=1e-12)
     # the residuals' own ESS decides the slow integrands: the one with antithetic residuals gains by it
     assert full[2] > mc_ess[2] and se_held[2] < mcse[2] * r[:, 2].std() / Y[:, 2].std()
+
+
+@pytest.mark.parametrize("d, local", [(3, False), (60, True)])
+def test_candidates_assessed_for_all_columns_at_once_report_what_one_column_at_a_time_does(monkeypatch, d, local):
+    """Chains of a correlated Gaussian: ZV fits (influence), kernel fits (d = 3) and local ZV fits (their
+    jackknife, d = 60), with a constant integrand and one the draws cannot explain.  Every number of the
+    result equals the column-by-column assessment's to 1e-12."""
+    import pymc_cv
+    from pymc_cv.core import finalize as fin
+    from pymc_cv.core.local_zv import LocalCoordinates
+
+    rng = np.random.default_rng(7)
+    chain = np.repeat(np.arange(4), 300)
+    z = np.column_stack([np.concatenate([0.5 * np.convolve(rng.normal(size=302), [1, 1, 1], "valid")
+                                         for _ in range(4)]) for _ in range(d)])
+    x, s = z, -z / np.var(z, axis=0)
+    Y = np.column_stack([x[:, 0], x[:, 1] ** 2, np.sin(x[:, 0]) + x[:, 2], np.ones(x.shape[0]),
+                         rng.normal(size=x.shape[0])])
+    kw = dict(chain=chain, check_scores=False)
+    if local:
+        kw["local"] = LocalCoordinates(np.array([0, 1, 2, -1, 3]), np.array([d - 1]))
+
+    def run():
+        return pymc_cv.cv_estimate(Y, x, s, **kw)
+
+    batched = run()
+    monkeypatch.setattr(fin, "_batched", lambda *args: False)
+    one_by_one = run()
+    for key in ("estimate", "se", "mc_estimate", "mc_se", "variance_reduction", "jackknife_bias"):
+        np.testing.assert_allclose(getattr(batched, key), getattr(one_by_one, key), rtol=1e-12, atol=0, err_msg=key)
+    assert list(batched.method) == list(one_by_one.method) and batched.notes == one_by_one.notes
+    assert len(set(batched.method)) >= 2  # more than one kind of fit was weighed

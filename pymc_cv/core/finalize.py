@@ -116,6 +116,10 @@ class Candidate:
         r = self.resid[i] if isinstance(self.resid, list) else self.resid[:, i]
         if isinstance(self.resid, list) or self.resid_chain is not None or r.size < 2:
             return mcse_mean(r - r.mean(), chain if self.resid_chain is None else self.resid_chain[i])
+        return float(np.std(r, ddof=1) / np.sqrt(self.resid_ess(chain, capped)[i]))
+
+    def resid_ess(self, chain, capped=None):
+        """ESS of each column of ``resid`` (n, k) with labels ``chain`` (n where ``capped``), cached."""
         cached = getattr(self, "_ess", None)
         key = None if capped is None else np.asarray(capped, bool).tobytes()
         if cached is None or cached[0] is not chain or cached[2] != key:
@@ -126,7 +130,24 @@ class Candidate:
             if todo.any():
                 ess[todo] = effective_sample_sizes(self.resid[:, todo], chain)
             cached = self._ess = (chain, ess, key)
-        return float(np.std(r, ddof=1) / np.sqrt(cached[1][i]))
+        return cached[1]
+
+    def fold_terms(self):
+        """(K, k) per-fold sums of influence x resid, (K, k) per-fold sums of resid, (K,) fold sizes and
+        the fold of each draw, for every column at once (None without influence): what ``jackknife_se``,
+        ``crossfit_gap`` and ``crossfit_gap_se`` take one column of."""
+        if self.influence is None or self.labels is None:
+            return None
+        inv, _ = self._fold_deltas(self.resid[:, 0])
+        size = np.bincount(inv)
+        onehot = np.zeros((size.size, inv.size))
+        onehot[inv, np.arange(inv.size)] = 1.0
+        k = self.resid.shape[1]
+        weighted, sums = np.empty((size.size, k)), onehot @ self.resid
+        step = max(1, int(_BLOCK_BYTES // (8 * inv.size)))  # influence x resid a block of columns at a time
+        for a in range(0, k, step):
+            weighted[:, a:a + step] = onehot @ (self.influence[:, None] * self.resid[:, a:a + step])
+        return weighted, sums, size, inv
 
     def index_of(self, j):
         if self.columns is None:
@@ -217,6 +238,91 @@ def _assess(cand, i, sd_y, c, mcse, floor, capped=None):
     return Assessment(cand, i, vr, se_all, r, bias)
 
 
+_BLOCK_BYTES = 64e6
+
+
+class _PlainStatistics(NamedTuple):
+    """An integrand's plain mean, its mcse, its sd, the round-off floor of a mean (``roundoff_floor``) and
+    whether it is constant; or the same as arrays over integrands."""
+
+    mean: float
+    mcse: float
+    sd: float
+    floor: float
+    constant: bool
+
+
+def _plain_statistics(Y, ess):
+    """:class:`_PlainStatistics` of the columns of ``Y`` (n, k) as arrays, the mcse at ``ess``."""
+    mean, sd = np.mean(Y, axis=0), np.std(Y, axis=0)
+    mcse = np.std(Y, axis=0, ddof=1) / np.sqrt(ess)
+    floor = np.finfo(float).eps * np.sqrt(Y.shape[0]) * (np.abs(mean) + sd)
+    return _PlainStatistics(mean, mcse, sd, floor, np.ptp(Y, axis=0) == 0)
+
+
+class _Assessed(NamedTuple):
+    """A candidate's :class:`Assessment` of every column it fitted, as arrays over its columns."""
+
+    variance_reduction: np.ndarray
+    se: np.ndarray
+    bias: np.ndarray
+
+
+def _assess_columns(cand, sd_y, c, mcse, floor, capped=None):
+    """``_assess`` of every column of ``cand`` at once, for residuals (n, k) on the integrands' own draws
+    (no ``resid_chain``, n >= 2); ``sd_y``, ``mcse``, ``floor`` are by integrand.  The same formulas
+    in arrays over the columns (J = 10,000 groups, 20,004 integrands: ``finalize`` 23 s -> 14 s)."""
+    R = cand.resid
+    js = np.arange(R.shape[1]) if cand.columns is None else np.asarray(cand.columns)
+    sd_y, mcse, floor = sd_y[js], mcse[js], floor[js]
+    se_held = np.std(R, axis=0, ddof=1) / np.sqrt(cand.resid_ess(c, capped))
+    if c is not None:  # see ``_assess``
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at_own = mcse * np.std(R, axis=0) / sd_y
+        se_held = np.where(sd_y > 0, np.minimum(se_held, at_own), se_held)
+    base = np.maximum(se_held, floor)
+    with np.errstate(divide="ignore"):
+        vr = np.where(base > 0, (mcse / np.where(base > 0, base, 1.0)) ** 2, np.inf)
+    se_model = np.full(js.size, np.nan) if cand.se_model is None else np.asarray(cand.se_model, float)
+    combined = np.where(np.isfinite(se_model), se_model if c is None else np.maximum(se_model, se_held), se_held)
+    se = np.maximum(combined, floor)
+    terms = cand.fold_terms()
+    if cand.jackknife is not None:
+        se_jack = np.asarray(cand.jackknife, float)
+    elif terms is None or terms[2].size < 2:
+        se_jack = np.full(js.size, np.nan)
+    else:
+        delta, K = terms[0], terms[2].size
+        se_jack = np.sqrt((K - 1) / K * np.sum((delta - delta.mean(axis=0)) ** 2, axis=0))
+    se = np.where(np.isfinite(se_jack), np.maximum(se, np.where(np.isfinite(se_jack), se_jack, 0.0)), se)
+    se = np.where(vr <= 1.0, np.maximum(se, se_held), se)
+    jack = np.full(js.size, np.nan) if cand.jackknife_bias is None else np.asarray(cand.jackknife_bias, float)
+    if terms is None:
+        gap, gap_se = np.zeros(js.size), np.full(js.size, np.nan)
+    else:
+        delta, sums, size, _ = terms
+        n, K = size.sum(), size.size
+        gap = R.mean(axis=0) - size @ delta / n
+        if K < 2:
+            gap_se = np.full(js.size, np.nan)
+        else:
+            per_fold = sums - size[:, None] * delta
+            m = per_fold.sum(axis=0) / n
+            gap_se = np.sqrt(K / (K - 1) * np.sum((per_fold - size[:, None] * m) ** 2, axis=0)) / n
+    bias = np.where(np.isfinite(jack), jack, -gap)
+    with np.errstate(invalid="ignore"):
+        replace = (np.abs(gap) > np.abs(bias)) & (np.abs(gap) > _GAP_T * gap_se)
+    bias = np.where(replace, -gap, bias)
+    return _Assessed(vr, se + np.abs(bias), bias)
+
+
+def _batched(cand, chains, k):
+    """Whether ``_assess_columns`` takes ``cand``: residuals on draws every one of the k columns shares,
+    one column per integrand it fitted."""
+    return (not isinstance(chains, list) and not isinstance(cand.resid, list) and cand.resid_chain is None
+            and cand.resid.shape[0] >= 2 and cand.resid.shape[1] == (k if cand.columns is None else len(cand.columns)))
+
+
 def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integrand", notes=None,
              method_label=None, standardizer=None, khat=True):
     """A :class:`CVResult` for the k integrands (columns of ``Y``) from candidate fits.
@@ -253,10 +359,19 @@ def finalize(Y, chain, candidates, *, choose="best", fallback=True, kind="integr
     capped = None if mc_ess is None else mc_ess >= cols[0].size
     lines = []
     rule = _Rule(choose, fallback, kind, method_label, khat)
+    assessed, plain = {}, None
+    if mc_ess is not None:
+        # every column's plain statistics at once (20,004 columns one at a time: seconds)
+        plain = _plain_statistics(np.column_stack(cols), mc_ess)
+        assessed = {id(cand): _assess_columns(cand, plain.sd, chain, plain.mcse, plain.floor, capped)
+                    for cand in candidates if _batched(cand, chain, len(cols))}
     for j, (y, c) in enumerate(zip(cols, chains)):
-        mc = float(np.mean(y))
-        mcse = mcse_mean(y, c) if mc_ess is None else float(np.std(y, ddof=1) / np.sqrt(mc_ess[j]))
-        line, chosen = _report(j, y, c, (mc, mcse), candidates, rule, notes, capped)
+        if plain is None:
+            stats = _PlainStatistics(float(np.mean(y)), mcse_mean(y, c), float(np.std(y)), roundoff_floor(y),
+                                     bool(np.std(y) == 0.0))
+        else:
+            stats = _PlainStatistics(*(float(a[j]) for a in plain[:4]), bool(plain.constant[j]))
+        line, chosen = _report(j, y, c, stats, candidates, rule, notes, capped, assessed)
         if standardizer is not None:
             with_fit = chosen is not None and chosen.cand.predictor is not None
             zero_mean = (column_predictor(chosen.cand.predictor, chosen.i) if with_fit
@@ -294,22 +409,26 @@ class _Rule(NamedTuple):
 _SE_OVER_MC = 2.0
 
 
-def _report(j, y, c, plain_mean, candidates, rule, notes, capped=None):
-    """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's, ``plain_mean`` = (mean,
-    mcse)) and the chosen :class:`Assessment` (None when MC is reported)."""
-    mc, mcse = plain_mean
+def _report(j, y, c, stats, candidates, rule, notes, capped=None, assessed=None):
+    """Integrand j's :class:`Reported` line (the chosen candidate's, or MC's, from its
+    :class:`_PlainStatistics` ``stats``) and the chosen :class:`Assessment` (None when MC is reported).
+    ``assessed``: the :class:`_Assessed` of candidates assessed for all their columns at once, by ``id``."""
+    mc, mcse, sd_y, floor, constant = stats
     choose, fallback, kind, method_label, _ = rule
-    floor = roundoff_floor(y)
-    sd_y = float(np.std(y))
     plain = Reported(mc, mcse, mc, mcse, "mc", 1.0, np.nan, None, y - mc, 0.0)
-    if sd_y == 0.0:  # a constant integrand is known exactly
+    if constant:  # a constant integrand is known exactly
         return plain._replace(se=floor, variance_reduction=np.inf, resid=(y - mc) - np.mean(y - mc)), None
     tried = []
     for cand in candidates:
         i = cand.index_of(j)
         if i is None or not np.isfinite(cand.estimate[i]):
             continue
-        tried.append(_assess(cand, i, sd_y, c, mcse, floor, capped))
+        done = (assessed or {}).get(id(cand))
+        if done is None:
+            tried.append(_assess(cand, i, sd_y, c, mcse, floor, capped))
+        else:
+            tried.append(Assessment(cand, i, float(done.variance_reduction[i]), float(done.se[i]), cand.resid[:, i],
+                                    float(done.bias[i])))
     if not tried:
         return plain._replace(resid=(y - mc) - np.mean(y - mc)), None
     # the smallest se as reported (model, held-out and jackknife parts), not the held-out
