@@ -254,11 +254,13 @@ class _MoreFits(NamedTuple):
 
 
 class _PlainErrors(NamedTuple):
-    """ArviZ's mcse of a row's mean, sd and the two bounds of its equal-tailed interval."""
+    """ArviZ's mcse of a row's mean, sd and the two bounds of its equal-tailed interval, and those two
+    bounds (the plain quantiles; None: not computed)."""
 
     mean: float
     sd: float
     bounds: tuple
+    quantiles: tuple | None = None
 
 
 def _plain_errors(vals, probs):
@@ -268,11 +270,16 @@ def _plain_errors(vals, probs):
     draws = [np.atleast_2d(v) for v in vals]
     todo = [i for i, d in enumerate(draws) if d.shape[1] >= 4 and np.ptp(d) > 0]
     computed = dict(zip(todo, compat.mcse_rows([draws[i] for i in todo], probs)))
+    quantiles = {}
+    if todo and len({draws[i].size for i in todo}) == 1:
+        # the rows' quantiles in one call, as np.quantile takes them one row at a time (J = 10,000: 8 s)
+        q = np.quantile(np.stack([draws[i].reshape(-1) for i in todo]), probs, axis=1)
+        quantiles = {i: tuple(float(v) for v in q[:, a]) for a, i in enumerate(todo)}
     out = []
     for i, d in enumerate(draws):
         if i in computed:
             m, sd, *bounds = computed[i]
-            out.append(_PlainErrors(float(m), float(sd), tuple(float(b) for b in bounds)))
+            out.append(_PlainErrors(float(m), float(sd), tuple(float(b) for b in bounds), quantiles.get(i)))
             continue
         enough, varying = d.shape[1] >= 4, np.ptp(d) > 0
         out.append(_PlainErrors(compat.mcse_mean(d) if enough else np.nan, np.nan,
@@ -298,20 +305,22 @@ def _record(label, values, res, t=0, results=None, more=None, ci_prob=0.94, erro
     if errors is None:
         errors = _plain_errors([values], probs)[0]
     mcse_sd, mcse_q = errors.sd, list(errors.bounds)
+    plain_q = (errors.quantiles if errors.quantiles is not None else
+               tuple(float(np.quantile(values, p)) for p in probs))
+    bounds = [plain_quantile(values, p, m, q) for p, m, q in zip(probs, mcse_q, plain_q)]
     if more is None or not varying:
         spread = plain_sd(values, mcse_sd)
-        bounds = [plain_quantile(values, p, m) for p, m in zip(probs, mcse_q)]
     else:
         spread = cv_sd(values, mcse_sd, (res, t), more.sd, more.centre)
-        bounds = ([plain_quantile(values, p, m) for p, m in zip(probs, mcse_q)] if more.steps is None else
-                  [cv_quantile(values, more.plan, i, more.column, fit, m, more.residual_se)
-                   for i, (fit, m) in enumerate(zip(more.steps, mcse_q))])
+        if more.steps is not None:
+            bounds = [cv_quantile(values, more.plan, i, more.column, fit, m, more.residual_se)
+                      for i, (fit, m) in enumerate(zip(more.steps, mcse_q))]
     lo, hi = bounds
     tails = [f"{moment}: {note}" for moment, note in zip(("mean", "sd"), moment_tail_notes(values)) if note]
     return _Row(label, float(np.mean(values)), errors.mean, float(at(res.estimate)), float(at(res.se)),
                 float(at(res.variance_reduction)), str(at(res.method)), bool(at(res.se_reliable)) and not tails,
                 float(np.std(values, ddof=1)), float(mcse_sd), spread.sd, spread.se, spread.variance_reduction,
-                spread.method, float(np.quantile(values, probs[0])), float(np.quantile(values, probs[1])),
+                spread.method, plain_q[0], plain_q[1],
                 float(mcse_q[0]), float(mcse_q[1]), lo.value, hi.value, lo.se, hi.se,
                 notes=((f"sd: {spread.note}",) if spread.note else ()) + tuple(tails),
                 method_bounds=(lo.method, hi.method))

@@ -49,8 +49,9 @@ def smoothed_steps(Y, probs, smoothing=SMOOTHING):
     return np.concatenate(list(steps), axis=1), QuantilePlan(probs, q0, h)
 
 
-def plain_quantile(y, p, mcse):
-    return QuantileEstimate(float(np.quantile(y, p)), float(mcse), "mc")
+def plain_quantile(y, p, mcse, value=None):
+    """The plain ``p`` quantile of draws ``y`` with its ``mcse`` (``value``: that quantile, already computed)."""
+    return QuantileEstimate(float(np.quantile(y, p)) if value is None else float(value), float(mcse), "mc")
 
 
 def cv_quantile(y, plan, i, j, fit, mcse_plain, residual_se):
