@@ -123,24 +123,25 @@ def directional_stein_features(X, S, order):
     """
     n, m = X.shape
     exps = _exponents(m, order - 1)
-    powers = [np.ones_like(X)] + [X**k for k in range(1, order)]
-    mono = np.empty((n, len(exps)))
+    # one contiguous row per coordinate, monomial and feature, returned transposed: written column by
+    # column into an (n, q) array the same features took 3x as long (J = 10,000: 6.5 s)
+    Xt, St = np.ascontiguousarray(X.T), np.ascontiguousarray(S.T)
+    powers = [np.ones_like(Xt)] + [Xt**k for k in range(1, order)]
+    mono = np.ones((len(exps), n))
     for t, a in enumerate(exps):
-        col = np.ones(n)
         for j in np.flatnonzero(a):
-            col = col * powers[a[j]][:, j]
-        mono[:, t] = col
+            mono[t] *= powers[a[j]][j]
     index = {tuple(a): t for t, a in enumerate(exps)}
-    out = np.empty((n, len(exps) * m))
+    out = np.empty((len(exps) * m, n))
     for t, a in enumerate(exps):
         for i in range(m):
-            col = out[:, t * m + i]
-            np.multiply(mono[:, t], S[:, i], out=col)
+            row = out[t * m + i]
+            np.multiply(mono[t], St[i], out=row)
             if a[i]:
                 lower = a.copy()
                 lower[i] -= 1
-                col += a[i] * mono[:, index[tuple(lower)]]
-    return out
+                row += a[i] * mono[index[tuple(lower)]]
+    return out.T
 
 
 def local_orders(n, m):
