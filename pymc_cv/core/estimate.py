@@ -333,7 +333,13 @@ def _rescale(cand, loc, scale):
     cols = np.arange(loc.size) if cand.columns is None else cand.columns
     lo, sc = loc[cols], scale[cols]
     cand.estimate = lo + sc * cand.estimate
-    cand.resid = cand.resid * sc
+    if cand.z is cand.resid and isinstance(cand.resid, np.ndarray) and cand.resid.flags.owndata \
+            and cand.resid.flags.writeable:
+        # in place: a copy kept the standardised array alive as ``z`` (J = 10,000: 640 MB), which is read only
+        # for the k-hat of its squares, and a positive scale per column leaves that alone
+        cand.resid *= sc
+    else:
+        cand.resid = cand.resid * sc
     if cand.se_model is not None:
         cand.se_model = cand.se_model * sc
     if cand.jackknife_bias is not None:
