@@ -70,6 +70,13 @@ def test_only_the_mixing_columns_are_checked():
     everything = pipeline.run(Y, chain, _exact_for_first_column(Y))
     np.testing.assert_allclose(everything.rhat, compat.rhats(by_chain), rtol=1e-12)
     assert np.isnan(pipeline.run(Y, None, _exact_for_first_column(Y)).rhat).all()  # no chains: nothing judged
+    # checked a block of columns at a time: the same R-hats and the same flags as all at once
+    import unittest.mock
+
+    with unittest.mock.patch.object(pipeline, "_MIXING_BLOCK", 1):
+        one_by_one = pipeline.run(Y, chain, _exact_for_first_column(Y))
+    np.testing.assert_array_equal(one_by_one.rhat, everything.rhat)
+    assert list(one_by_one.se_reliable) == list(everything.se_reliable) and one_by_one.notes == everything.notes
 
 def test_scores_of_another_target_are_an_error_and_a_mild_mismatch_a_finding():
     import pytest

@@ -108,6 +108,7 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     candidates = solver(notes)
     res = finalize(values, chains, candidates, choose=choose, fallback=fallback, kind=kind, notes=notes,
                    standardizer=standardizer, khat=khat)
+    del candidates  # their held-out residuals (n x k each) are not needed past here
     for j, (rhat, limit) in _unmixed(values, chains, kind, mixing_columns, res):
         res.mark_unreliable(unmixed_note(f"{kind} {j}", rhat, limit), j)
     for f in reversed(list(findings)):
@@ -123,6 +124,9 @@ def run(values, chains, solver: Callable, findings=(), *, kind="integrand", choo
     return res
 
 
+_MIXING_BLOCK = 1024
+
+
 def _unmixed(values, chains, kind, columns, res):
     """(row, (R-hat, limit)) for the rows (of ``columns``, None: all) whose chains disagree beyond chance;
     the R-hats of the integrands checked are kept on ``res`` (``CVResult.rhat``)."""
@@ -131,11 +135,13 @@ def _unmixed(values, chains, kind, columns, res):
         Y = Y.reshape(Y.shape[0], -1)
         cols = np.arange(Y.shape[1]) if columns is None else columns
         res.rhat = np.full(Y.shape[1], np.nan)
-        if cols.size:
-            found = chain_mixing(Y[:, cols], chains)
-            res.rhat[cols] = found.rhat
+        # a block of columns at a time: the (column, chain, draw) copies stay small (J = 10,000: 1.3 GB at once)
+        for a in range(0, cols.size, _MIXING_BLOCK):
+            block = cols[a:a + _MIXING_BLOCK]
+            found = chain_mixing(Y[:, block], chains)
+            res.rhat[block] = found.rhat
             for j, pair in found.unmixed.items():
-                yield int(cols[j]), pair
+                yield int(block[j]), pair
         return
     for t, y in enumerate(values):
         for _, found in unmixed_columns(y, None if chains is None else chains[t]).items():
