@@ -8,7 +8,7 @@ from .core import CVResult, cv_estimate, vvcv_estimate
 from .core.external import ArrayDiagnostics as _ArrayDiagnostics
 from .core.external import install as _install
 from .distributed_nystrom import fit_nystrom_heldout_dask as _fit_nystrom_heldout_dask
-from .evidence import ti_from_arrays
+from .evidence import evidence_from_draws, ti_from_arrays
 from .metacv import MetaCV
 from .summary import summary
 
@@ -28,6 +28,7 @@ _LAZY = {
     "thermodynamic_integration": "pymc_cv.pymc.evidence",
     "ti_from_draws": "pymc_cv.pymc.evidence",
     "ti_from_population": "pymc_cv.pymc.evidence",
+    "bridge_sampling": "pymc_cv.pymc.bridge",
     "from_pystan": "pymc_cv.stan.convert",
     "from_cmdstanpy": "pymc_cv.stan.convert",
     "ti_from_pystan": "pymc_cv.stan.evidence",
@@ -48,5 +49,6 @@ __version__ = "0.1.0"
 __all__ = [
     "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
     "ti_from_arrays", "ti_from_draws", "ti_from_pystan", "ti_from_population", "MetaCV", "from_pystan",
-    "from_cmdstanpy", "sample_population", "nutpie_with_gradients", "__version__",
+    "from_cmdstanpy", "sample_population", "nutpie_with_gradients", "bridge_sampling",
+    "evidence_from_draws", "__version__",
 ]
