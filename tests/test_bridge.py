@@ -117,3 +117,99 @@ def test_bad_draws_are_refused_with_what_to_do():
     X[0, 0] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
         bridge_evidence(model.log_joint, X, chain)
+
+
+@pytest.fixture(scope="module")
+def normal_mean():
+    """A normal mean with known noise, sampled by PyMC: p(y) is a 3-d normal density."""
+    pm = pytest.importorskip("pymc")
+    y = np.array([0.3, -0.5, 1.2])
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 2)
+        sigma = pm.HalfNormal("sigma", 1)  # a transformed variable, so the draws go through the forward map
+        pm.Normal("y", mu, 1, observed=y)
+        pm.Normal("z", 0, sigma, observed=np.array([0.5, -1.0]))
+        idata = pm.sample(1000, tune=1000, chains=2, cores=1, random_seed=0, progressbar=False,
+                          compute_convergence_checks=False)
+    return model, idata, y
+
+
+def test_pymc_bridge_sampling_matches_the_closed_form(normal_mean):
+    from scipy import integrate
+
+    import pymc_cv
+
+    model, idata, y = normal_mean
+    z = np.array([0.5, -1.0])
+    # mu and sigma are independent a posteriori: the mean part in closed form, sigma's by quadrature
+    mean_part = stats.multivariate_normal(np.zeros(3), np.eye(3) + 4.0).logpdf(y)
+    sigma_part = np.log(integrate.quad(lambda s: stats.halfnorm.pdf(s) * np.prod(stats.norm.pdf(z, 0, s)), 0, 50,
+                                       epsabs=0, epsrel=1e-12)[0])
+    res = pymc_cv.bridge_sampling(idata, model, random_seed=1)
+    assert res.reliable and abs(res.log_evidence - (mean_part + sigma_part)) < 3 * res.se < 0.03
+    assert set(res.seconds) == {"prepare", "estimators"}
+
+
+def test_pymc_bridge_sampling_refuses_draws_of_other_data(normal_mean):
+    import pymc as pm
+
+    import pymc_cv
+
+    _, idata, y = normal_mean
+    with pm.Model() as other:
+        mu = pm.Normal("mu", 0, 2)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", mu, 1, observed=y + 0.5)
+        pm.Normal("z", 0, sigma, observed=np.array([0.5, -1.0]))
+    with pytest.raises(ValueError, match="differ from the data the draws were sampled with"):
+        pymc_cv.bridge_sampling(idata, other)
+
+
+def test_pymc_bridge_sampling_refuses_improper_priors():
+    pm = pytest.importorskip("pymc")
+    import pymc_cv
+
+    with pm.Model() as model:
+        mu = pm.Flat("mu")
+        pm.Normal("y", mu, 1, observed=np.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match="improper priors"):
+        pymc_cv.bridge_sampling(object(), model)
+
+
+def test_log_joint_runs_in_numpy_and_equals_compiled_c():
+    """A logistic likelihood's softplus is rewritten into numpy ufuncs: nothing runs element by element in
+    Python, and the values are the C-compiled graph's."""
+    pm = pytest.importorskip("pymc")
+    from pymc_cv.pymc.bridge import LogJoint, _elementwise_in_python
+    from pymc_cv.pymc.scores import batch_input, batched
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 2))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=(rng.random(50) < 0.5).astype(float))
+    log_joint = LogJoint(model)
+    draws = rng.normal(scale=30, size=(1000, 2))  # far out, where a naive log(1 + exp(x)) overflows
+    values = log_joint(draws)
+    assert not _elementwise_in_python(log_joint._fn)
+    inputs = {v: batch_input(v) for v in model.value_vars}
+    c_compiled = batched(list(inputs.values()), [model.logp(jacobian=True, sum=True)], inputs, {})
+    assert np.all(np.isfinite(values))
+    np.testing.assert_allclose(values, c_compiled(draws)[0], rtol=1e-12)
+
+
+def test_pymc_bridge_sampling_refuses_draws_of_another_prior(normal_mean):
+    """Same data and names, another prior: the sampler's recorded log density tells them apart."""
+    import pymc as pm
+
+    import pymc_cv
+    from pymc_cv.core.density_check import DrawsModelMismatchError
+
+    _, idata, y = normal_mean
+    with pm.Model() as other:
+        mu = pm.Normal("mu", 0, 5)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", mu, 1, observed=y)
+        pm.Normal("z", 0, sigma, observed=np.array([0.5, -1.0]))
+    with pytest.raises(DrawsModelMismatchError):
+        pymc_cv.bridge_sampling(idata, other)
