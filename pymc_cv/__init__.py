@@ -29,9 +29,11 @@ _LAZY = {
     "ti_from_draws": "pymc_cv.pymc.evidence",
     "ti_from_population": "pymc_cv.pymc.evidence",
     "bridge_sampling": "pymc_cv.pymc.bridge",
+    "log_evidence": "pymc_cv.pymc.log_evidence",
     "from_pystan": "pymc_cv.stan.convert",
     "from_cmdstanpy": "pymc_cv.stan.convert",
     "ti_from_pystan": "pymc_cv.stan.evidence",
+    "bridge_from_pystan": "pymc_cv.stan.evidence",
 }
 
 
@@ -50,5 +52,5 @@ __all__ = [
     "cv_estimate", "vvcv_estimate", "summary", "compute_scores", "CVResult", "thermodynamic_integration",
     "ti_from_arrays", "ti_from_draws", "ti_from_pystan", "ti_from_population", "MetaCV", "from_pystan",
     "from_cmdstanpy", "sample_population", "nutpie_with_gradients", "bridge_sampling",
-    "evidence_from_draws", "__version__",
+    "evidence_from_draws", "log_evidence", "bridge_from_pystan", "__version__",
 ]

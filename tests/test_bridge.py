@@ -213,3 +213,43 @@ def test_pymc_bridge_sampling_refuses_draws_of_another_prior(normal_mean):
         pm.Normal("z", 0, sigma, observed=np.array([0.5, -1.0]))
     with pytest.raises(DrawsModelMismatchError):
         pymc_cv.bridge_sampling(idata, other)
+
+
+def _stand_in(log_evidence, se, reliable, notes=("a note",)):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(log_evidence=log_evidence, se=se, reliable=reliable, notes=notes, estimator="est")
+
+
+def test_choose_evidence_reports_what_passed_its_checks():
+    from pymc_cv.evidence import Attempt, choose_evidence
+
+    good, bad = _stand_in(-10.0, 0.01, True), _stand_in(-10.3, 0.02, False, ("divergences",))
+    res = choose_evidence([Attempt("bridge", good)], seconds={"bridge": 0.1})
+    assert (res.log_evidence, res.se, res.reliable, res.estimator) == (-10.0, 0.01, True, "bridge")
+    assert res.notes == ("a note",) and res.seconds == {"bridge": 0.1}
+    res = choose_evidence([Attempt("bridge", bad), Attempt("ti", _stand_in(-10.01, 0.03, True))])
+    assert (res.log_evidence, res.se, res.reliable, res.estimator) == (-10.01, 0.03, True, "ti")
+    assert "divergences" in res.notes[0] and "is reported" in res.notes[1]
+    res = choose_evidence([Attempt("ti", None, "ScoreMismatchError: rung 9"), Attempt("bridge", good)])
+    assert (res.log_evidence, res.reliable) == (-10.0, True) and "rung 9" in res.notes[0]
+    res = choose_evidence([Attempt("bridge", bad), Attempt("ti", None, "ScoreMismatchError: rung 9")])
+    assert (res.log_evidence, res.reliable) == (-10.3, False) and "rung 9" in res.notes[1]
+    res = choose_evidence([Attempt("bridge", bad), Attempt("ti", _stand_in(-10.31, 0.01, False))])
+    assert (res.log_evidence, res.reliable, res.estimator) == (-10.31, False, "ti") and "agree" in res.notes[-1]
+    res = choose_evidence([Attempt("bridge", bad), Attempt("ti", _stand_in(-9.0, 0.01, False))])
+    assert (res.log_evidence, res.reliable) == (-10.3, False) and "apart" in res.notes[-1]
+    with pytest.raises(RuntimeError, match="no evidence estimator gave a number"):
+        choose_evidence([Attempt("ti", None, "boom")])
+
+
+def test_log_evidence_from_a_users_idata(normal_mean):
+    import pymc_cv
+
+    model, idata, _ = normal_mean
+    res = pymc_cv.log_evidence(model, idata, random_seed=1)
+    direct = pymc_cv.bridge_sampling(idata, model, random_seed=1)
+    assert res.reliable and res.ti is None and set(res.seconds) == {"bridge"}
+    assert res.log_evidence == direct.log_evidence and res.se == direct.se
+    with pytest.raises(ValueError, match="sample_kwargs= is for pm.sample"):
+        pymc_cv.log_evidence(model, idata, sample_kwargs={"draws": 10})

@@ -7,6 +7,7 @@ sample power posteriors are in :mod:`pymc_cv.pymc.evidence` and :mod:`pymc_cv.st
 """
 
 from .bridge import BridgeEstimate, BridgeProposal, bridge_evidence, bridge_from_arrays, fit_bridge_proposal
+from .choice import Attempt, EvidenceResult, choose_evidence
 from .importance import ImportanceEstimate, importance_evidence
 from .ladder import conditional_ess, power_ladder, refine_ladder
 from .posterior_draws import PosteriorEvidence, evidence_from_draws
@@ -19,5 +20,5 @@ __all__ = [
     "power_ladder", "conditional_ess", "refine_ladder", "integrate", "quadrature_error", "quadrature_weights",
     "TIResult", "RungMoments", "rung_moments", "ti_from_arrays", "ImportanceEstimate", "importance_evidence",
     "BridgeEstimate", "BridgeProposal", "bridge_evidence", "bridge_from_arrays", "fit_bridge_proposal",
-    "PosteriorEvidence", "evidence_from_draws",
+    "PosteriorEvidence", "evidence_from_draws", "EvidenceResult", "Attempt", "choose_evidence",
 ]
