@@ -324,3 +324,24 @@ def test_unconstrained_draws_from_recovered_transforms_equal_stans_at_every_draw
     G = idata.score["unconstrained"].values.reshape(-1, 3)
     with density.batch():
         np.testing.assert_allclose(G[::50], [density.grad(u) for u in stan_u[::50]], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_bridge_from_pystan_matches_the_closed_form():
+    """Bridge sampling from a PyStan fit of a program that keeps its normalising constants."""
+    from scipy import integrate, stats
+
+    data = {"N": 3, "y": [0.3, -0.5, 1.2], "M": 2, "z": [0.5, -1.0]}
+    program = (Path(__file__).parent / "stan" / "normal_evidence.stan").read_text()
+    posterior = stan.build(program, data=data, random_seed=3)
+    fit = posterior.sample(num_chains=2, num_samples=1000)
+    res = pymc_cv.bridge_from_pystan(fit, posterior, random_seed=1)
+    mean_part = stats.multivariate_normal(np.zeros(3), np.eye(3) + 4.0).logpdf(data["y"])
+    sigma_part = np.log(integrate.quad(lambda s: stats.halfnorm.pdf(s) * np.prod(stats.norm.pdf(data["z"], 0, s)),
+                                       0, 50, epsabs=0, epsrel=1e-12)[0])
+    assert res.reliable and abs(res.log_evidence - (mean_part + sigma_part)) < 3 * res.se < 0.03
+
+
+def test_bridge_from_pystan_refuses_programs_that_drop_constants(posterior):
+    with pytest.raises(ValueError, match=r"target \+= normal_lpdf\(y \| mu, sigma\)"):
+        pymc_cv.bridge_from_pystan(None, posterior)

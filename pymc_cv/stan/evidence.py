@@ -1,16 +1,74 @@
-"""Thermodynamic integration from PyStan fits of a tempered Stan program, one fit per rung."""
+"""Log evidence from PyStan fits: bridge sampling from a fit of the program, and thermodynamic integration
+from fits of a tempered program, one fit per rung."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 
 import numpy as np
 
+from .. import compat
+from ..evidence.posterior_draws import evidence_from_draws
 from ..evidence.rung_moments import check_cv_options
 from ..evidence.thermodynamic_integration import TISettings, estimate_from_rungs
-from .convert import PowerPosteriorTerms
+from .convert import PowerPosteriorTerms, _StanDensity, from_pystan
 
-__all__ = ["ti_from_pystan"]
+__all__ = ["ti_from_pystan", "bridge_from_pystan"]
+
+
+def bridge_from_pystan(fit, posterior, *, random_seed=None, proposal_draws=None):
+    """Log evidence log p(y) of a Stan program from a PyStan fit, by bridge sampling (no new sampling).
+
+    As :func:`pymc_cv.bridge_sampling` for PyMC: Stan's unconstrained draws (``transform_inits``) and
+    its log density with the Jacobian (``log_prob``) at them and at the proposals' draws, then
+    :func:`pymc_cv.evidence_from_draws`.  Stan's ``log_prob`` drops the normalising constants of ``~``
+    statements and ``_lupdf`` calls, which the evidence needs: the program must increment ``target``
+    with full densities (``target += normal_lpdf(y | mu, sigma);``), or it is refused.
+
+    Parameters
+    ----------
+    fit : stan.fit.Fit
+    posterior : stan.model.Model
+        The model (``stan.build(program_code, data=...)``) that sampled ``fit``.
+    random_seed : int, optional
+    proposal_draws : int, optional
+        As in :func:`pymc_cv.bridge_sampling`.
+
+    Returns
+    -------
+    PosteriorEvidence
+    """
+    _check_keeps_constants(posterior.program_code)
+    start = time.perf_counter()
+    idata = from_pystan(fit, posterior)
+    U = np.asarray(compat.group(idata, "unconstrained_posterior")["unconstrained"].transpose("chain", "draw", ...))
+    n_chain, n_draw = U.shape[:2]
+    X = U.reshape(n_chain * n_draw, -1)
+    density = _StanDensity(posterior)
+
+    def log_joint(x):
+        with density.batch():
+            return np.array([density.log_prob(row) for row in np.asarray(x, dtype=float)])
+
+    stats = compat.group(idata, "sample_stats")
+    divergences = int(np.sum(stats["diverging"].values)) if "diverging" in stats else 0
+    prepared = time.perf_counter() - start
+    res = evidence_from_draws(log_joint, X, np.repeat(np.arange(n_chain), n_draw), rng=random_seed,
+                              divergences=divergences, proposal_draws=proposal_draws)
+    return dataclasses.replace(res, seconds={"prepare": prepared, **res.seconds})
+
+
+def _check_keeps_constants(program_code):
+    code = re.sub(r"//[^\n]*|/\*.*?\*/|#[^\n]*", "", program_code, flags=re.S)
+    dropping = [m.group(0).strip() for m in re.finditer(r"[^;{}]*(~|_lupdf|_lupmf)[^;]*;", code)]
+    if dropping:
+        raise ValueError(
+            f"The Stan program has statements whose normalising constants Stan's log_prob drops "
+            f"({dropping[0]!r}{' and others' if len(dropping) > 1 else ''}): the log evidence would be off by "
+            "them. Write each as target += ..._lpdf(...) (or _lpmf), e.g. 'y ~ normal(mu, sigma);' as "
+            "'target += normal_lpdf(y | mu, sigma);', and sample again.")
 
 
 def ti_from_pystan(fits, program_code, data, temperatures, *, temperature="temperature", method="vvcv",
