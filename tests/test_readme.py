@@ -128,6 +128,16 @@ def _readme_model_log_evidence():
     return np.log(value) - shift
 
 
+def test_docs_evidence_from_draws():
+    """The evidence guide's first block: bridge sampling from the README model's own draws."""
+    namespace = {}
+    exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
+    exec(compile(_docs_example("guide/evidence.md", 0), "docs/guide/evidence.md [0]", "exec"), namespace)
+    ev, truth = namespace["ev"], _readme_model_log_evidence()
+    assert ev.reliable and ev.ti is None and ev.estimator.startswith("bridge sampling")
+    assert abs(ev.log_evidence - truth) < 3 * ev.se < 0.02
+
+
 @pytest.mark.slow
 def test_readme_evidence_example():
     """The evidence guide's TI block on the README's PyMC model, whose HalfNormal scale makes TI's integrand
@@ -137,7 +147,7 @@ def test_readme_evidence_example():
     matplotlib.use("Agg")
     namespace = {}
     exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
-    exec(compile(_docs_example("guide/evidence.md"), "docs/guide/evidence.md", "exec"), namespace)
+    exec(compile(_docs_example("guide/evidence.md", 1), "docs/guide/evidence.md [1]", "exec"), namespace)
     res, truth = namespace["res"], _readme_model_log_evidence()
     assert res.stepping_stone is not None and any("stepping stones" in n for n in res.notes)
     # the first stones by importance sampling from the prior's draws, not from MCMC at tiny t
@@ -155,7 +165,7 @@ def test_docs_evidence_ladders_smc_and_population():
     matplotlib.use("Agg")
     namespace = {}
     exec(compile(_example("Use with PyMC"), "README.md (PyMC)", "exec"), namespace)
-    for index in (1, 2, 3):
+    for index in (2, 3, 4):
         exec(compile(_docs_example("guide/evidence.md", index), f"docs/guide/evidence.md [{index}]", "exec"), namespace)
     truth = _readme_model_log_evidence()
     for name in ("adaptive", "smc", "population"):
@@ -237,10 +247,11 @@ def test_markdown_fences_close_and_tables_render(page):
 _DOCS_BLOCKS_RUN = {
     ("guide/arrays.md", 0): "test_docs_arrays_example",
     ("guide/dask.md", 0): "test_docs_dask_example",
-    ("guide/evidence.md", 0): "test_readme_evidence_example",
-    ("guide/evidence.md", 1): "test_docs_evidence_ladders_smc_and_population",
+    ("guide/evidence.md", 0): "test_docs_evidence_from_draws",
+    ("guide/evidence.md", 1): "test_readme_evidence_example",
     ("guide/evidence.md", 2): "test_docs_evidence_ladders_smc_and_population",
     ("guide/evidence.md", 3): "test_docs_evidence_ladders_smc_and_population",
+    ("guide/evidence.md", 4): "test_docs_evidence_ladders_smc_and_population",
     ("guide/metacv.md", 0): "test_docs_metacv_example",
 }
 
