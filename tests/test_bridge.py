@@ -91,8 +91,15 @@ def test_divergences_without_a_confirming_estimate_flag_the_result():
     X, chain = model.chains(np.random.default_rng(12))
     clean = evidence_from_draws(model.log_joint, X, chain, rng=13, divergences=5)
     assert clean.reliable  # importance sampling (k-hat < 0.5) agrees: the draws' bias did not matter
-    res = evidence_from_draws(model.log_joint, X, chain, rng=13, divergences=5, importance_draws=3)
+    from pymc_cv.evidence.importance import ImportanceEstimate
+    from pymc_cv.evidence.posterior_draws import _Draws, _weigh
+
+    heavy = ImportanceEstimate(clean.importance.log_evidence, 0.01, 0.8, 10_000, False)  # k-hat 0.8: not usable
+    res = _weigh(clean.bridge, clean.swapped, heavy, _Draws(clean.max_rhat, 5), {})
     assert not res.reliable and any("5 divergent transitions" in n for n in res.notes)
+    assert res.log_evidence == clean.bridge.log_evidence
+    with pytest.raises(ValueError, match="importance_draws=3"):
+        evidence_from_draws(model.log_joint, X, chain, importance_draws=3)
 
 
 def test_chains_in_different_places_flag_the_result():

@@ -42,6 +42,8 @@ AGREE = 3.0
 # false alarms on clean chains of low ESS (4 x 500 draws, AR(1) 0.8: 99% of runs at d = 3), 1.05 in
 # 2% (d = 3) and 6.5% (d = 10) there and none at 4 x 1,000 (bench/bridge_checks.py)
 RHAT_LIMIT = 1.05
+# fewer importance weights than this leave PSIS's tail fit nothing to fit
+_MIN_IMPORTANCE_DRAWS = 100
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,9 @@ def evidence_from_draws(log_joint: Callable, draws, chain=None, *, rng=None, dra
 
     X = as_draws(draws)
     chain = chain_index(chain, X.shape[0])
+    if importance_draws is not None and importance_draws < _MIN_IMPORTANCE_DRAWS:
+        raise ValueError(f"importance_draws={importance_draws!r}; PSIS's k-hat needs at least {_MIN_IMPORTANCE_DRAWS} "
+                         "(default 10,000).")
     rng = np.random.default_rng(rng)
     start = time.perf_counter()
     if draws_log_joint is None:
