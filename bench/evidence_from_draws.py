@@ -7,7 +7,10 @@ same process, timed (bridge sampling from those draws, and TI where that fails i
 reported estimate in nats, |error| / se, whether it is flagged, which estimator was reported, and the seconds
 of ``log_evidence`` over the sampler's.
 
-Usage: python bench/evidence_from_draws.py [SEEDS] [MODEL ...]
+With ``--cv``: ``bridge_sampling(idata, model, control_variates=True)`` instead (bridge sampling alone, its two
+means with zero-variance control variates).
+
+Usage: python bench/evidence_from_draws.py [SEEDS] [MODEL ...] [--cv]
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import pymc_cv  # noqa: E402
 
 
 def main():
-    args = sys.argv[1:]
+    cv = "--cv" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--cv"]
     seeds = int(args.pop(0)) if args and args[0].isdigit() else 5
     names = args or list(ev.MODELS)
     rows = []
@@ -40,10 +44,13 @@ def main():
             sampling = time.perf_counter() - t0
             diverging = int(np.sum(np.asarray(pymc_cv.compat.group(idata, "sample_stats")["diverging"])))
             t0 = time.perf_counter()
-            res = pymc_cv.log_evidence(model, idata, random_seed=seed, progressbar=False)
+            if cv:
+                res = pymc_cv.bridge_sampling(idata, model, random_seed=seed, control_variates=True)
+            else:
+                res = pymc_cv.log_evidence(model, idata, random_seed=seed, progressbar=False)
             seconds = time.perf_counter() - t0
             err = res.log_evidence - truth
-            bridged = res.estimator.startswith("bridge")
+            bridged = ("control variates" in res.estimator) if cv else res.estimator.startswith("bridge")
             runs.append((err, abs(err) / res.se, not res.reliable, seconds, sampling, bridged))
             print(f"  seed {seed}: error {err:+.4f} se {res.se:.4f} ({abs(err) / res.se:.1f} se) flagged "
                   f"{not res.reliable} ({res.estimator}) {seconds:.2f} s / sampling {sampling:.1f} s, "
@@ -61,7 +68,7 @@ def main():
     print(f"\n{seeds} seeds per model; errors in nats against the references of bench/evidence.py\n")
     print("| model | median abs error | max abs error | max abs error / se | flagged | > 3 se, not flagged "
           "| within 0.05 and 3 se, not flagged | sampling s | log_evidence s | ratio median | ratio max "
-          "| bridge sampling reported |\n" + "|---" * 12 + "|")
+          f"| {'control variates used' if cv else 'bridge sampling reported'} |\n" + "|---" * 12 + "|")
     print("\n".join(rows))
 
 

@@ -19,16 +19,18 @@ included); :mod:`pymc_cv.pymc.evidence` and :mod:`pymc_cv.stan.evidence` supply 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
 from scipy import stats
 from scipy.special import logsumexp
 
+from ..core.estimate import cv_estimate
 from ..core.external import diagnostics
 
-__all__ = ["BridgeProposal", "BridgeEstimate", "fit_bridge_proposal", "bridge_from_arrays", "bridge_evidence",
-           "BRIDGE_MIN_DRAWS"]
+__all__ = ["BridgeProposal", "BridgeEstimate", "BridgeIntegrands", "fit_bridge_proposal", "bridge_from_arrays",
+           "bridge_evidence", "bridge_with_cvs", "BRIDGE_MIN_DRAWS"]
 
 # proposal draws at least this many, and as many as the posterior draws in the estimator beyond it
 BRIDGE_MIN_DRAWS = 4_000
@@ -60,7 +62,21 @@ class BridgeProposal(NamedTuple):
         return np.asarray(stats.multivariate_normal(self.mean, self.cov).rvs(n, random_state=rng)).reshape(n, -1)
 
 
-class BridgeEstimate(NamedTuple):
+class BridgeIntegrands(NamedTuple):
+    """The optimal bridge's two integrands at the converged estimate.
+
+    log p(y) = ``shift`` + log mean(``proposal_values``) - log mean(``posterior_values``): the first at
+    the proposal's draws ``proposal_draws`` (k, d), the second at the posterior draws in the estimator.
+    """
+
+    proposal_draws: np.ndarray
+    proposal_values: np.ndarray
+    posterior_values: np.ndarray
+    shift: float
+
+
+@dataclass(frozen=True)
+class BridgeEstimate:
     """log p(y) by bridge sampling.
 
     Attributes
@@ -76,6 +92,8 @@ class BridgeEstimate(NamedTuple):
         Fixed-point iterations until the estimate moved less than 1e-10 (relative).
     usable : bool
         Finite estimate and se, and the iteration converged.
+    integrands : BridgeIntegrands or None
+        The two integrands, for control variates (:func:`bridge_with_cvs`).
     """
 
     log_evidence: float
@@ -85,6 +103,7 @@ class BridgeEstimate(NamedTuple):
     ess: float
     iterations: int
     usable: bool
+    integrands: BridgeIntegrands | None = field(default=None, repr=False, compare=False)
 
 
 def fit_bridge_proposal(draws, chain=None):
@@ -114,7 +133,7 @@ def fit_bridge_proposal(draws, chain=None):
 
 
 def bridge_from_arrays(proposal, posterior_log_joint, posterior_chain, proposal_draws_log_joint,
-                       proposal_draws_logpdf, posterior_logpdf):
+                       proposal_draws_logpdf, posterior_logpdf, proposal_draws=None):
     """:class:`BridgeEstimate` from log densities already evaluated.
 
     Parameters
@@ -129,6 +148,8 @@ def bridge_from_arrays(proposal, posterior_log_joint, posterior_chain, proposal_
         log p(y|x) + log p(x) and the proposal's log density at ``proposal.draw(k, rng)``.
     posterior_logpdf : array (m,)
         The proposal's log density at the same posterior draws.
+    proposal_draws : array (k, d), optional
+        The proposal's draws, kept in the result's ``integrands`` for control variates.
     """
     l1 = _finite(np.asarray(posterior_log_joint, dtype=float) - np.asarray(posterior_logpdf, dtype=float))
     l2 = _finite(np.asarray(proposal_draws_log_joint, dtype=float) - np.asarray(proposal_draws_logpdf, dtype=float))
@@ -157,7 +178,8 @@ def bridge_from_arrays(proposal, posterior_log_joint, posterior_chain, proposal_
     rel2 = np.var(f1) / np.mean(f1) ** 2 / k + np.var(f2) / np.mean(f2) ** 2 / ess_f2
     log_z, se = float(log_r + shift), float(np.sqrt(rel2))
     usable = bool(converged and np.isfinite(log_z) and np.isfinite(se))
-    return BridgeEstimate(log_z, se, m, k, ess_f2, iterations, usable)
+    integrands = None if proposal_draws is None else BridgeIntegrands(np.asarray(proposal_draws), f1, f2, shift)
+    return BridgeEstimate(log_z, se, m, k, ess_f2, iterations, usable, integrands)
 
 
 def bridge_evidence(log_joint: Callable, draws, chain=None, *, rng=None, proposal_draws=None,
@@ -216,8 +238,35 @@ def bridge_evidence(log_joint: Callable, draws, chain=None, *, rng=None, proposa
         post_lj = post_lj[rest]
     x = proposal.draw(k, rng)
     est = bridge_from_arrays(proposal, post_lj, chain[rest], np.asarray(log_joint(x), dtype=float).reshape(-1),
-                             proposal.logpdf(x), proposal.logpdf(X[rest]))
+                             proposal.logpdf(x), proposal.logpdf(X[rest]), proposal_draws=x)
     return est, proposal
+
+
+def bridge_with_cvs(est, proposal, posterior_draws, posterior_scores, posterior_chain):
+    """The bridge estimate ``est`` with each of its two means by Stein control variates
+    (:func:`pymc_cv.cv_estimate`, method "auto"): the proposal's integrand with the normal proposal's own
+    score, the posterior's with ``posterior_scores`` (the log joint density's gradient) at
+    ``posterior_draws``, the draws in the estimator (``~proposal.fit``), with their ``posterior_chain``.
+
+    The bridge function stays the one the plain estimate converged to: any bridge function gives a
+    consistent estimate, so only the two means change.  Returns a :class:`BridgeEstimate` whose ``usable``
+    is False where either fit's se is not reliable or a mean is not positive; ``iterations`` is 0.
+    """
+    terms = est.integrands
+    if terms is None or not est.usable:
+        return None
+    x = terms.proposal_draws
+    proposal_scores = -np.linalg.solve(proposal.cov, (x - proposal.mean).T).T
+    g = cv_estimate(terms.proposal_values[:, None], x, proposal_scores, method="zv")
+    p = cv_estimate(terms.posterior_values[:, None], np.asarray(posterior_draws, dtype=float),
+                    np.asarray(posterior_scores, dtype=float), method="zv", chain=np.asarray(posterior_chain))
+    m1, m2 = float(g.estimate[0]), float(p.estimate[0])
+    if m1 <= 0 or m2 <= 0:
+        return BridgeEstimate(np.nan, np.nan, est.posterior_draws, est.proposal_draws, est.ess, 0, False)
+    log_z = terms.shift + np.log(m1) - np.log(m2)
+    se = float(np.hypot(g.se[0] / m1, p.se[0] / m2))
+    usable = bool(g.se_reliable[0] and p.se_reliable[0] and np.isfinite(log_z) and np.isfinite(se))
+    return BridgeEstimate(float(log_z), se, est.posterior_draws, est.proposal_draws, est.ess, 0, usable)
 
 
 def as_draws(draws):

@@ -25,13 +25,13 @@ within 3 se in 99-100%; a result was flagged in 0-1% of runs, and in 2.5-7% wher
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 import numpy as np
 
 from ..core.external import diagnostics
-from .bridge import BridgeEstimate, as_draws, bridge_evidence, chain_index
+from .bridge import BridgeEstimate, as_draws, bridge_evidence, bridge_with_cvs, chain_index
 from .importance import KHAT_LIMIT, ImportanceEstimate, importance_evidence
 
 __all__ = ["PosteriorEvidence", "evidence_from_draws", "AGREE", "RHAT_LIMIT"]
@@ -63,6 +63,9 @@ class PosteriorEvidence:
     importance : ImportanceEstimate or None
         Importance sampling from a Student-t fitted to all the draws (None where the draws are too few
         for its proposal).
+    cv_bridge : BridgeEstimate or None
+        ``bridge`` with control variates on its two means (where scores were given); reported in its
+        place where its fits are reliable and it is within ``AGREE`` se of it.
     max_rhat : float
         The largest R-hat over the coordinates (NaN with one chain).
     notes : tuple of str
@@ -79,6 +82,7 @@ class PosteriorEvidence:
     importance: ImportanceEstimate | None
     max_rhat: float
     notes: tuple = ()
+    cv_bridge: BridgeEstimate | None = None
     seconds: dict = field(default_factory=dict, compare=False)
 
     def __repr__(self):
@@ -94,7 +98,7 @@ class PosteriorEvidence:
         return "\n".join(lines)
 
 
-def evidence_from_draws(log_joint: Callable, draws, chain=None, *, rng=None, draws_log_joint=None,
+def evidence_from_draws(log_joint: Callable, draws, chain=None, *, rng=None, draws_log_joint=None, scores=None,
                         divergences=0, proposal_draws=None, importance_draws=None):
     """log p(y) from unconstrained posterior draws and the log joint density.
 
@@ -109,6 +113,9 @@ def evidence_from_draws(log_joint: Callable, draws, chain=None, *, rng=None, dra
     rng : numpy Generator or seed, optional
     draws_log_joint : array (n,), optional
         ``log_joint`` at ``draws`` where already known.
+    scores : array (n, d), optional
+        The gradient of ``log_joint`` at ``draws``: control variates then sharpen the bridge's two means
+        (:func:`.bridge.bridge_with_cvs`; ``cv_bridge``).
     divergences : int
         Divergent transitions the sampler reported: its draws may miss part of the posterior (a
         funnel's neck), which biases bridge sampling and not importance sampling.
@@ -145,8 +152,16 @@ def evidence_from_draws(log_joint: Callable, draws, chain=None, *, rng=None, dra
     start = time.perf_counter()
     if draws_log_joint is None:
         draws_log_joint = np.asarray(log_joint(X), dtype=float).reshape(-1)
-    bridge, _ = bridge_evidence(log_joint, X, chain, rng=rng, proposal_draws=proposal_draws,
-                                draws_log_joint=draws_log_joint)
+    bridge, proposal = bridge_evidence(log_joint, X, chain, rng=rng, proposal_draws=proposal_draws,
+                                       draws_log_joint=draws_log_joint)
+    cv_bridge = None
+    if scores is not None:
+        G = np.asarray(scores, dtype=float)
+        if G.shape != X.shape:
+            raise ValueError(f"scores have shape {G.shape} for draws of shape {X.shape}; give the log joint "
+                             "density's gradient at every draw.")
+        rest = ~proposal.fit
+        cv_bridge = bridge_with_cvs(bridge, proposal, X[rest], G[rest], chain[rest])
     # the same bridge with the chains' halves in opposite roles
     flip = _reversed_within_chains(chain)
     swapped, _ = bridge_evidence(log_joint, X[flip], chain[flip], rng=rng, proposal_draws=proposal_draws,
@@ -155,7 +170,8 @@ def evidence_from_draws(log_joint: Callable, draws, chain=None, *, rng=None, dra
     importance = importance_evidence(log_joint, X, rng, **extra)
     seconds = {"estimators": time.perf_counter() - start}
     max_rhat = _max_rhat(X, chain)
-    return _weigh(bridge, swapped, importance, _Draws(max_rhat, int(divergences)), seconds)
+    res = _weigh(bridge, swapped, importance, _Draws(max_rhat, int(divergences)), seconds)
+    return _with_cvs(res, cv_bridge)
 
 
 class _Draws(NamedTuple):
@@ -209,7 +225,28 @@ def _weigh(bridge, swapped, importance, draws, seconds):
         notes.append("one chain and no usable importance estimate: nothing checks that the draws follow this "
                      "posterior. Sample several chains.")
     return PosteriorEvidence(float(est), float(se), bool(reliable and np.isfinite(est) and np.isfinite(se)), name,
-                             bridge, swapped, importance, float(max_rhat), tuple(notes), seconds)
+                             bridge, swapped, importance, float(max_rhat), notes=tuple(notes), seconds=seconds)
+
+
+def _with_cvs(res, cv_bridge):
+    """``res`` reporting the bridge estimate with control variates in place of the plain one, where that is
+    what it reports, the CV fits are reliable, and the two agree."""
+    if cv_bridge is None:
+        return res
+    if not cv_bridge.usable or not res.estimator.startswith("bridge"):
+        why = ("its fits' se are not reliable" if not cv_bridge.usable else
+               f"{res.estimator} is reported")
+        return replace(res, cv_bridge=cv_bridge,
+                       notes=res.notes + (f"bridge sampling with control variates not used: {why}.",))
+    z = (cv_bridge.log_evidence - res.bridge.log_evidence) / res.bridge.se
+    if abs(z) > AGREE:
+        return replace(res, cv_bridge=cv_bridge, notes=res.notes + (
+            f"bridge sampling with control variates gave {cv_bridge.log_evidence:.6f} +/- {cv_bridge.se:.2g}, "
+            f"{abs(z):.1f} se from the plain estimate: not used.",))
+    note = (f"control variates on the bridge's two means: {cv_bridge.log_evidence:.6f} +/- {cv_bridge.se:.2g} "
+            f"(plain {res.bridge.log_evidence:.6f} +/- {res.bridge.se:.2g}).")
+    return replace(res, log_evidence=cv_bridge.log_evidence, se=cv_bridge.se, cv_bridge=cv_bridge,
+                   estimator=res.estimator + " with control variates", notes=res.notes + (note,))
 
 
 def _z(a, b):
