@@ -17,6 +17,7 @@ exact, and not at all above ``kernel_max_dim`` parameters (said in the notes).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -46,6 +47,11 @@ METHODS = ("mc", "zv1", "zv2", "zv2diag", "zv3", "zv", "cf", "secf", "auto")
 _MAX_TUNE_COLUMNS = 20
 # held-out residual variance below this share of var(f): the integrand is already exact
 _EXACT = 1e-20
+# above twice this many draws "auto" and "zv" fit on every t-th draw, about this many, and evaluate the
+# control variates at all of them: the fits cost O(draws) with large constants (kernel features,
+# polynomial bases, held-out refits) while their accuracy is set by the basis, not the draws.
+FIT_DRAWS = 20_000
+_PREDICT_ROWS = 20_000
 
 
 @dataclass(frozen=True)
@@ -622,6 +628,18 @@ def cv_estimate(
     return pipeline.squeeze(res) if one_d else res
 
 
+def _every_tth(n, chain, t):
+    """Indices of every t-th draw of each chain (draws in sampling order within a chain), the first kept."""
+    if chain is None:
+        return np.arange(0, n, t)
+    inverse = np.unique(chain, return_inverse=True)[1].ravel()
+    order = np.argsort(inverse, kind="stable")
+    grouped = inverse[order]
+    position = np.empty(n, dtype=int)
+    position[order] = np.arange(n) - np.searchsorted(grouped, grouped)
+    return np.flatnonzero(position % t == 0)
+
+
 def _check_local(local, k, d, return_fit):
     """``local`` checked against the k integrands and d coordinates; None where it is not used."""
     if local is None:
@@ -665,6 +683,42 @@ class _Solver:
         self.strict = method not in ("auto", "zv")
 
     def __call__(self, notes):
+        if not self.strict and self.X.shape[0] > 2 * FIT_DRAWS:
+            return self._fitted_on_every_tth(notes)
+        return self._candidates(notes)
+
+    def _fitted_on_every_tth(self, notes):
+        """Candidates fitted on one draw in t of each chain (about ``FIT_DRAWS`` of them), each control
+        variate then evaluated at all the draws: the estimate is the mean of f - L phi over all of them, and
+        the residuals are held out everywhere (the thinned draws keep their held-out residuals of the fit)."""
+        n = self.X.shape[0]
+        t = -(-n // FIT_DRAWS)
+        kept = _every_tth(n, self.chain, t)
+        Xk, Sk = self.X[kept], self.S[kept]
+        sub = _Solver(self.method, Xk, Sk, self.Y[kept], None if self.chain is None else self.chain[kept],
+                      repeated_draws(Xk), self.std, dataclasses.replace(self.opts, return_fit=True), self.local)
+        fitted = sub._candidates(notes)
+        Xs, Ss = self.std.transform(self.X, self.S)
+        out = []
+        for cand in fitted:
+            if cand.predictor is None or isinstance(cand.resid, list):
+                continue
+            cols = np.arange(self.Y.shape[1]) if cand.columns is None else cand.columns
+            resid = self.Y[:, cols].copy()
+            for a in range(0, n, _PREDICT_ROWS):  # a kernel CV's n x M Gram matrix a slab at a time
+                resid[a:a + _PREDICT_ROWS] -= cand.predictor(Xs[a:a + _PREDICT_ROWS], Ss[a:a + _PREDICT_ROWS])
+            estimate = resid.mean(axis=0)
+            resid -= estimate
+            resid[kept] = cand.resid + (cand.estimate - estimate)
+            out.append(Candidate(cand.name, estimate, resid, resid, None,
+                                 {**cand.info, "fitted_on": f"one draw in {t}"}, columns=cand.columns,
+                                 predictor=cand.predictor if self.opts.return_fit else None))
+        notes.append(f"control variates fitted on one draw in {t} of each chain ({kept.size} of {n}), each then "
+                     f"evaluated at all {n} draws for the estimate and its se (the draws it was fitted on with "
+                     "their held-out residuals).")
+        return out
+
+    def _candidates(self, notes):
         X, Y, rep, opts, strict = self.X, self.Y, self.rep, self.opts, self.strict
         n, d = X.shape
         Xs, Ss = self.std.transform(X, self.S)
