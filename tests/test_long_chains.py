@@ -1,4 +1,5 @@
-"""Long chains: control variates fitted on one draw in t of each chain and evaluated at all of them."""
+"""Long chains: control variates fitted on one draw in t of each chain and evaluated at all of them, and
+the Stein check's ESS from the head of the chains."""
 
 import numpy as np
 import pytest
@@ -6,6 +7,7 @@ from chains import ar1_chain
 
 import pymc_cv
 from pymc_cv.core import estimate
+from pymc_cv.core.standard_errors import effective_sample_sizes, segment_effective_sample_sizes
 
 
 def test_one_draw_in_t_of_each_chain_from_its_first():
@@ -50,3 +52,15 @@ def test_a_thinned_fit_agrees_with_the_fit_on_all_draws(monkeypatch):
     assert thinned.se == pytest.approx(full.se, rel=0.5)
     assert abs(thinned.estimate - np.exp(1 / 8)) <= 4 * thinned.se
 
+
+def test_the_head_of_long_chains_gives_their_ess():
+    rng = np.random.default_rng(2)
+    F = np.column_stack([np.concatenate([ar1_chain(rng, 50_000, rho) for _ in range(4)]) for rho in (0.0, 0.5, -0.3)])
+    chain = np.repeat(np.arange(4), 50_000)
+    full = effective_sample_sizes(F, chain)
+    head = segment_effective_sample_sizes(F, chain, 40_000)
+    np.testing.assert_allclose(head, full, rtol=0.1)
+    # AR(1): n (1 - rho) / (1 + rho), capped at n
+    np.testing.assert_allclose(head, [200_000, 200_000 / 3, 200_000], rtol=0.1)
+    np.testing.assert_array_equal(segment_effective_sample_sizes(F[:30_000], chain[:30_000], 40_000),
+                                  effective_sample_sizes(F[:30_000], chain[:30_000]))

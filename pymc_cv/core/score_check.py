@@ -46,7 +46,7 @@ from scipy import stats
 
 from .heldout import repeated_draws
 from .polynomial import stein_polynomial_features
-from .standard_errors import effective_sample_sizes
+from .standard_errors import segment_effective_sample_sizes
 
 __all__ = ["ScoreCheck", "CheckOutcome", "stein_check", "apply_stein_check", "ScoreMismatchError"]
 
@@ -67,6 +67,8 @@ _SECOND_ORDER_MAX_DIM = 20  # d (d + 3) / 2 features: 230 at d = 20
 _JOINT_LEVEL = 0.001
 _JOINT_ESS_PER_FEATURE = 20
 _WIDEN_LEVEL = 0.05  # below this joint p-value the CV se's are widened (module docstring)
+# the ESS of the identities from this many draws at the head of the chains, scaled to all of them
+_ESS_DRAWS = 40_000
 
 
 class ScoreMismatchError(ValueError):
@@ -181,7 +183,7 @@ def _largest_z(F, chain, ess_independent, threshold):
     if chain is None:
         return largest(np.full(F.shape[1], ess_independent))
     bound = largest(np.full(F.shape[1], float(n)))
-    return bound if bound <= threshold else largest(effective_sample_sizes(F, chain))
+    return bound if bound <= threshold else largest(segment_effective_sample_sizes(F, chain, _ESS_DRAWS))
 
 
 def _hotelling_p(t2, p, nu):
@@ -210,7 +212,7 @@ def _joint_p(F, chain, ess_independent, level):
         bound = _hotelling_p(t2, p, float(n))
         if bound >= level:
             return bound, t2 / p
-        ess = effective_sample_sizes(G, chain)
+        ess = segment_effective_sample_sizes(G, chain, _ESS_DRAWS)
     nu = float(np.median(ess))
     if nu < _JOINT_ESS_PER_FEATURE * p:
         return float("nan"), float("nan")
@@ -265,7 +267,7 @@ def stein_check(samples, scores, chain=None, repeats="find", family=1, second_or
         over = np.abs(z) > threshold
         if over.any():
             ess = np.full(2 * d, float(n))
-            ess[over] = effective_sample_sizes(g[:, over], chain)
+            ess[over] = segment_effective_sample_sizes(g[:, over], chain, _ESS_DRAWS)
             z = np.where(over, z_at(ess), z)
     z = z.reshape(2, d)
     effect = np.abs(mean - target).reshape(2, d)

@@ -11,7 +11,8 @@ import numpy as np
 
 from .external import diagnostics
 
-__all__ = ["effective_sample_size", "effective_sample_sizes", "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
+__all__ = ["effective_sample_size", "effective_sample_sizes", "segment_effective_sample_sizes", "mcse_mean",
+           "tail_khat", "KHAT_THRESHOLD"]
 
 KHAT_THRESHOLD = 0.7
 
@@ -51,6 +52,24 @@ def effective_sample_sizes(X, chain=None):
         return np.array([effective_sample_size(X[:, j], chain) for j in range(m)])
     ess = diagnostics().ess_mean(np.moveaxis(np.stack(parts), 2, 0))  # (m, chain, draw)
     ess = np.where(np.isfinite(ess), ess, n)
+    return np.clip(ess, 1.0, n)
+
+
+def segment_effective_sample_sizes(X, chain, max_draws):
+    """``effective_sample_sizes`` of ``X`` (n, m) from the first ``max_draws`` / chains draws of each chain,
+    scaled by n over the draws used (capped at n): the autocorrelation time of a chain's stretch long next to
+    it is the chain's.  For checks on long chains (4 x 100,000 draws, 77 features: ArviZ's ESS took 7 s)."""
+    n = X.shape[0]
+    if chain is None or n <= max_draws:
+        return effective_sample_sizes(X, chain)
+    labels, inverse = np.unique(chain, return_inverse=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    grouped = inverse[order]
+    position = np.empty(n, dtype=int)
+    position[order] = np.arange(n) - np.searchsorted(grouped, grouped)
+    head = position < max(4, max_draws // labels.size)
+    ess = effective_sample_sizes(X[head], chain[head]) * (n / head.sum())
     return np.clip(ess, 1.0, n)
 
 
