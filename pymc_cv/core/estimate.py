@@ -12,7 +12,9 @@ The k integrands share the draws and scores, so the work is shared too:
    ``finalize`` picks per integrand, reports the se and says when no CV helped.
 
 Under ``method="auto"`` kernels are fitted only for integrands that ZV-CVs did not already make
-exact, and not at all above ``kernel_max_dim`` parameters (said in the notes).
+exact, and not at all above ``kernel_max_dim`` parameters (said in the notes).  Above ``2 * FIT_DRAWS``
+draws, ``"auto"`` and ``"zv"`` fit on one draw in t of each chain and evaluate the fitted control variates
+at all the draws.
 """
 
 from __future__ import annotations
@@ -511,7 +513,8 @@ def cv_estimate(
         (ZVCV's choice of the order by cross-validation); ``"cf"``: control functional
         (kernel CV); ``"secf"``: semi-exact control functional (polynomial + kernel);
         ``"auto"``: per integrand the method with the smallest held-out standard error, MC
-        included.
+        included.  Above 40,000 draws ``"auto"`` and ``"zv"`` fit on one draw in t of each chain
+        (about 20,000) and evaluate the control variates at all the draws (said in the notes).
     chain : array (n,), optional
         Chain label of each draw for MCMC output; draws must be in sampling order
         within a chain.  Without it the draws are treated as independent.
