@@ -11,8 +11,8 @@ import numpy as np
 
 from .external import diagnostics
 
-__all__ = ["effective_sample_size", "effective_sample_sizes", "segment_effective_sample_sizes", "mcse_mean",
-           "tail_khat", "KHAT_THRESHOLD"]
+__all__ = ["effective_sample_size", "effective_sample_sizes", "segment_effective_sample_sizes", "head_of_chains",
+           "mcse_mean", "tail_khat", "KHAT_THRESHOLD"]
 
 KHAT_THRESHOLD = 0.7
 
@@ -62,15 +62,20 @@ def segment_effective_sample_sizes(X, chain, max_draws):
     n = X.shape[0]
     if chain is None or n <= max_draws:
         return effective_sample_sizes(X, chain)
+    head = head_of_chains(chain, max_draws)
+    ess = effective_sample_sizes(X[head], chain[head]) * (n / head.sum())
+    return np.clip(ess, 1.0, n)
+
+
+def head_of_chains(chain, max_draws):
+    """Which draws (n,) are among the first ``max_draws`` / chains of their chain (in sampling order)."""
     labels, inverse = np.unique(chain, return_inverse=True)
     inverse = inverse.ravel()
     order = np.argsort(inverse, kind="stable")
     grouped = inverse[order]
-    position = np.empty(n, dtype=int)
-    position[order] = np.arange(n) - np.searchsorted(grouped, grouped)
-    head = position < max(4, max_draws // labels.size)
-    ess = effective_sample_sizes(X[head], chain[head]) * (n / head.sum())
-    return np.clip(ess, 1.0, n)
+    position = np.empty(inverse.size, dtype=int)
+    position[order] = np.arange(inverse.size) - np.searchsorted(grouped, grouped)
+    return position < max(4, max_draws // labels.size)
 
 
 def mcse_mean(x, chain=None):
