@@ -24,8 +24,10 @@ from scipy.fftpack import next_fast_len
 
 __all__ = ["ess_mean", "ess_bulk", "rhat_rank", "mcse_mean", "mcse_sd", "mcse_quantile", "handles"]
 
-# rows per block: bounds the FFT's working memory (rows x chains x 2 draws complex values)
+# rows per block: bounds the FFT's working memory (rows x chains x 2 draws complex values), in rows and
+# in bytes (4 x 100,000 draws: 22 rows at once took 0.5 GB)
 _BLOCK_ROWS = 256
+_BLOCK_BYTES = 32e6
 
 
 def handles(ary):
@@ -34,13 +36,16 @@ def handles(ary):
 
 
 def _by_blocks(fn):
-    """``fn`` applied to blocks of at most ``_BLOCK_ROWS`` rows: the working arrays (ranks, FFTs, sorts) stay
-    the size of a block, not of the table (J = 10,000: 20,000 rows of 4,000 values)."""
+    """``fn`` applied to blocks of at most ``_BLOCK_ROWS`` rows and about ``_BLOCK_BYTES`` of spectrum: the
+    working arrays (ranks, FFTs, sorts) stay the size of a block, not of the table (J = 10,000: 20,000 rows
+    of 4,000 values)."""
     @functools.wraps(fn)
     def blocked(ary, *args):
-        if ary.shape[0] <= _BLOCK_ROWS:
+        per_row = 16 * 2 * ary.shape[1] * ary.shape[2]  # the spectrum of a row's split chains, padded
+        rows = int(max(1, min(_BLOCK_ROWS, _BLOCK_BYTES // max(per_row, 1))))
+        if ary.shape[0] <= rows:
             return fn(ary, *args)
-        return np.concatenate([fn(ary[a:a + _BLOCK_ROWS], *args) for a in range(0, ary.shape[0], _BLOCK_ROWS)])
+        return np.concatenate([fn(ary[a:a + rows], *args) for a in range(0, ary.shape[0], rows)])
 
     return blocked
 
