@@ -64,3 +64,16 @@ def test_the_head_of_long_chains_gives_their_ess():
     np.testing.assert_allclose(head, [200_000, 200_000 / 3, 200_000], rtol=0.1)
     np.testing.assert_array_equal(segment_effective_sample_sizes(F[:30_000], chain[:30_000], 40_000),
                                   effective_sample_sizes(F[:30_000], chain[:30_000]))
+
+
+def test_only_candidates_best_on_some_integrand_are_evaluated_at_every_draw():
+    from pymc_cv.core.finalize import Candidate
+
+    rng = np.random.default_rng(3)
+    e = rng.normal(size=(100, 3))
+    a = Candidate("a", np.zeros(3), e * [1.0, 2.0, 2.0], None)  # best on the first
+    b = Candidate("b", np.zeros(2), e[:, 1:] * [1.0, 3.0], None, columns=np.array([1, 2]))  # best on the second
+    c = Candidate("c", np.zeros(3), e * [3.0, 3.0, 2.5], None)  # nowhere
+    d = Candidate("d", np.zeros(1), e[:, 2:] * 1.5, None, columns=np.array([2]))  # best on the third
+    kept = estimate._best_somewhere([a, b, c, d], 3)
+    assert [k.name for k in kept] == ["a", "b", "d"]

@@ -631,6 +631,17 @@ def cv_estimate(
     return pipeline.squeeze(res) if one_d else res
 
 
+def _best_somewhere(candidates, k):
+    """The candidates whose held-out mean squared residual is the smallest on at least one of the k integrands:
+    the others are not evaluated at every draw, where each would hold its n x k residuals until ``finalize``."""
+    mse = [np.mean(c.resid**2, axis=0) for c in candidates]
+    cols = [np.arange(k) if c.columns is None else np.asarray(c.columns) for c in candidates]
+    best = np.full(k, np.inf)
+    for m, j in zip(mse, cols):
+        np.minimum.at(best, j, m)
+    return [c for c, m, j in zip(candidates, mse, cols) if np.any(m <= best[j])]
+
+
 def _every_tth(n, chain, t):
     """Indices of every t-th draw of each chain (draws in sampling order within a chain), the first kept."""
     if chain is None:
@@ -700,12 +711,10 @@ class _Solver:
         Xk, Sk = self.X[kept], self.S[kept]
         sub = _Solver(self.method, Xk, Sk, self.Y[kept], None if self.chain is None else self.chain[kept],
                       repeated_draws(Xk), self.std, dataclasses.replace(self.opts, return_fit=True), self.local)
-        fitted = sub._candidates(notes)
+        fitted = [c for c in sub._candidates(notes) if c.predictor is not None and not isinstance(c.resid, list)]
         Xs, Ss = self.std.transform(self.X, self.S)
         out = []
-        for cand in fitted:
-            if cand.predictor is None or isinstance(cand.resid, list):
-                continue
+        for cand in _best_somewhere(fitted, self.Y.shape[1]):
             cols = np.arange(self.Y.shape[1]) if cand.columns is None else cand.columns
             resid = self.Y[:, cols].copy()
             for a in range(0, n, _PREDICT_ROWS):  # a kernel CV's n x M Gram matrix a slab at a time
