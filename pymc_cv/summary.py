@@ -732,8 +732,7 @@ class _RowFitter:
         if d <= self.cv_opts.get("kernel_max_dim", _KERNEL_MAX_DIM_DEFAULT) or self.variables is None:
             return None
         own = own_coordinates(Y, self.Xf)
-        return LocalCoordinates(np.concatenate([own, own]), shared_coordinates(self.variables),
-                                np.asarray(self.variables))
+        return LocalCoordinates(np.concatenate([own, own]), shared_coordinates(self.variables))
 
     def jointly(self, labels, vals):
         T = len(vals)

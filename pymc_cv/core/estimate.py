@@ -585,9 +585,7 @@ def cv_estimate(
     local : LocalCoordinates, optional
         Under ``method="auto"`` or ``"zv"``, also fit each integrand's ZV-CVs on its own coordinate
         and the shared ones alone (:mod:`pymc_cv.core.local_zv`): with many parameters, a cubic basis
-        of a few coordinates per integrand where the full basis can afford only order 1.  With
-        ``local.variable``, also the fields that translate and dilate all the elements of the row's
-        variable together.
+        of a few coordinates per integrand where the full basis can afford only order 1.
         ``summary`` passes it above ``kernel_max_dim`` parameters.
 
     Returns
@@ -665,15 +663,11 @@ def _check_local(local, k, d, return_fit):
     if own.shape != (k,) or np.any(own < -1) or np.any(own >= d) or np.any((shared < 0) | (shared >= d)):
         raise ValueError(f"local.own must hold one coordinate in [0, {d}) or -1 per integrand ({k}), and "
                          f"local.shared coordinates in [0, {d}).")
-    variable = local.variable
-    if variable is not None and np.shape(variable) != (d,):
-        raise ValueError(f"local.variable must name the variable of each of the {d} coordinates; got shape "
-                         f"{np.shape(variable)}.")
     if return_fit:
         warnings.warn("local= is not used with return_fit=True (local fits keep no predictor); drop one.",
                       UserWarning, stacklevel=3)
         return None
-    return LocalCoordinates(own, shared, None if variable is None else np.asarray(variable))
+    return LocalCoordinates(own, shared)
 
 
 def _mixing_columns(check_mixing, k):
@@ -747,8 +741,7 @@ class _Solver:
         candidates = _zv_candidates(zv_bases if live.size else [], draws, live, opts, strict, notes)
         if self.local is not None and not strict and live.size:
             candidates += local_zero_variance_candidates(Xs, Ss, Ystd, self.local, live, self.chain, opts.folds,
-                                                         first=None if rep is None else rep[0],
-                                                         unstandardised=(self.X, self.S))
+                                                         first=None if rep is None else rep[0])
         kernel_names, todo = _kernel_plan(kernel_names, strict, d, opts.kernel_max_dim, candidates, live, notes)
         if kernel_names and todo.size:
             try:

@@ -11,16 +11,6 @@ coordinates sum over every group and carry that noise into any feature they ente
 own direction does not (J = 1,000 group effects: in-sample variance reduction of a group effect
 320 with the gradients of quadratics on C, 1,020 with the fields).
 
-A group effect also moves with the hierarchy's mean and scale, and the part of it that does is out of reach
-of fields on its own and the shared coordinates: the shared coordinates' scores carry every group's noise.
-Fields that move all the elements of the row's variable together reach part of it with a noise that
-averages over the groups: the translation sum_k e_k and the dilation sum_k x_k e_k of the variable (a
-ZV-2 basis whose coefficients are tied across the variable's elements, in the model's unconstrained
-coordinates; ``tied_stein_features``).  Hierarchical normal, 4 x 1,000 NUTS draws, ``summary``: median
-|CV error| / |MCMC error| of the group effects 0.173 -> 0.079 at J = 1,000, 0.129 -> 0.102 at J = 100,
-0.018 -> 0.015 at J = 10,000.  Each shared coordinate times these two fields as well gave 0.070 at J = 1,000
-and cost 6 s more at J = 10,000.
-
 All rows are fitted at once in blocks: normal equations batched over rows (``numpy.linalg.solve`` on
 stacked systems), the held-out residuals and the jackknife from the same normal equations less each
 fold's part (exact refits; no design kept beyond its block), the order chosen per row by held-out error.
@@ -37,8 +27,8 @@ import numpy as np
 from .finalize import Candidate
 from .heldout import fold_labels
 
-__all__ = ["LocalCoordinates", "own_coordinates", "shared_coordinates", "directional_stein_features",
-           "tied_stein_features", "local_orders", "local_zero_variance_candidates"]
+__all__ = ["LocalCoordinates", "own_coordinates", "shared_coordinates", "directional_stein_features", "local_orders",
+           "local_zero_variance_candidates"]
 
 # design values held at once per block of rows (bounds the memory: 8 bytes each)
 _BLOCK_VALUES = 8_000_000
@@ -52,13 +42,10 @@ class LocalCoordinates(NamedTuple):
     """The coordinates each integrand's local ZV-CV uses.
 
     ``own`` (k,): per integrand the coordinate it depends on (-1: none, no local fit); ``shared``
-    (g,): coordinates every local fit uses besides its own (the hierarchy's mean and scale); ``variable``
-    (d,), optional: the variable of each coordinate, for the fields tied across the elements of a row's
-    variable (:func:`tied_stein_features`)."""
+    (g,): coordinates every local fit uses besides its own (the hierarchy's mean and scale)."""
 
     own: np.ndarray
     shared: np.ndarray
-    variable: np.ndarray | None = None
 
     def subsets(self, columns):
         """The integrands ``columns`` that have an own coordinate, grouped by their subset's size:
@@ -157,14 +144,6 @@ def directional_stein_features(X, S, order):
     return out.T
 
 
-def tied_stein_features(X, S, members):
-    """L[g] for the fields g = sum_k e_k and g = sum_k x_k e_k over the coordinates ``members`` of one
-    variable: (n, 2).  ``X``, ``S`` (n, d) are in the model's unconstrained coordinates, where the
-    dilation's origin is the variable's zero."""
-    x, s = X[:, members], S[:, members]
-    return np.column_stack([s.sum(axis=1), np.einsum("ij,ij->i", x, s) + len(members)])
-
-
 def local_orders(n, m):
     """Orders of the local bases tried on m coordinates with n draws (order o: fields of degree o - 1):
     2, and 3 up to 2 coordinates, each with enough draws per coefficient."""
@@ -184,24 +163,22 @@ class _LocalFit(NamedTuple):
     order: np.ndarray
 
 
-def local_zero_variance_candidates(X, S, Y, local, columns, chain, folds, first=None, unstandardised=None):
+def local_zero_variance_candidates(X, S, Y, local, columns, chain, folds, first=None):
     """The local ZV-CVs of the integrands ``columns`` of ``Y`` (n, k), in ``Y``'s units: one
     :class:`Candidate` (named ``"zv-local"``), each integrand fitted at the order (of
     :func:`local_orders`) whose held-out residuals are smallest; [] where none can be fitted.
 
-    ``X``, ``S`` (n, d): draws and scores (standardised); ``local``: :class:`LocalCoordinates`;
-    ``unstandardised``: (X, S) in the model's coordinates, for the fields tied across a variable's elements
-    (with ``local.variable``).  Every integrand has its own design, so the block-jackknife se comes from here
-    (``Candidate.jackknife``); one candidate keeps one n x k array of residuals, whatever the number of
-    orders tried."""
+    ``X``, ``S`` (n, d): draws and scores (standardised); ``local``: :class:`LocalCoordinates`.  Every
+    integrand has its own design, so the block-jackknife se comes from here (``Candidate.jackknife``);
+    one candidate keeps one n x k array of residuals, whatever the number of orders tried."""
     n = X.shape[0]
     labels = fold_labels(n, chain, folds, first=first)
     fold = np.unique(labels, return_inverse=True)[1].ravel()
     parts = []
-    for cols, subs, tied in _with_tied(local, np.asarray(columns), unstandardised):
+    for cols, subs in local.subsets(np.asarray(columns)):
         orders = local_orders(n, subs.shape[1])
         if orders:
-            parts.append((cols, _fit_designs(X, S, Y, cols, subs, orders, fold, tied)))
+            parts.append((cols, _fit_designs(X, S, Y, cols, subs, orders, fold)))
     if not parts:
         return []
     cols = np.concatenate([c for c, _ in parts])
@@ -212,32 +189,10 @@ def local_zero_variance_candidates(X, S, Y, local, columns, chain, folds, first=
                       columns=cols, jackknife=fit.jackknife, jackknife_bias=fit.jackknife_bias)]
 
 
-def _with_tied(local, columns, unstandardised):
-    """(columns, subsets, tied features or None) per part of ``local.subsets``: the part of rows apart from
-    the shared coordinates split by their own coordinate's variable, where the variable has at least two
-    elements and ``local.variable`` and ``unstandardised`` are given."""
-    out = []
-    for cols, subs in local.subsets(columns):
-        own = subs[:, 0]
-        if local.variable is None or unstandardised is None or np.isin(own, local.shared).all():
-            out.append((cols, subs, None))
-            continue
-        names, which = np.unique(np.asarray(local.variable)[own], return_inverse=True)
-        for v, name in enumerate(names):
-            rows = np.flatnonzero(which.ravel() == v)
-            members = np.flatnonzero(np.asarray(local.variable) == name)
-            tied = None
-            if members.size >= 2:
-                tied = tied_stein_features(*unstandardised, members)
-            out.append((cols[rows], subs[rows], tied))
-    return out
-
-
-def _fit_designs(X, S, Y, cols, subs, orders, fold, tied=None):
+def _fit_designs(X, S, Y, cols, subs, orders, fold):
     """Least-squares fits of the columns ``cols`` of ``Y`` on the directional Stein features of their
-    coordinates ``subs`` (len(cols), m) and the features ``tied`` (n, q) they share, if any, at each of
-    ``orders``, each integrand keeping the order with the smallest held-out mean squared residual: a
-    :class:`_LocalFit`.  Integrands with the same coordinates
+    coordinates ``subs`` (len(cols), m), at each of ``orders``, each integrand keeping the order with the
+    smallest held-out mean squared residual: a :class:`_LocalFit`.  Integrands with the same coordinates
     (a row and its square) share a design; the bases of the orders are nested, so one Gram matrix per
     design and fold serves them all, and each fit without a fold or a quarter of the folds is a solve of
     the normal equations less that part."""
@@ -248,8 +203,7 @@ def _fit_designs(X, S, Y, cols, subs, orders, fold, tied=None):
     c = max(len(mm) for mm in members)
     m = designs.shape[1]
     top = max(orders)
-    q = 0 if tied is None else tied.shape[1]
-    widths = [1 + q + n_directional_features(m, o) for o in orders]
+    widths = [1 + n_directional_features(m, o) for o in orders]
     p = max(widths)
     K = fold.max() + 1
     order_of = np.argsort(fold, kind="stable")  # each fold one contiguous run
@@ -266,9 +220,7 @@ def _fit_designs(X, S, Y, cols, subs, orders, fold, tied=None):
         ss = S[order_of[:, None], flat].reshape(n, b, m).transpose(1, 0, 2).reshape(b * n, m)
         D = np.empty((b, n, p))
         D[:, :, 0] = 1.0
-        if q:
-            D[:, :, 1:1 + q] = tied[order_of]
-        D[:, :, 1 + q:] = directional_stein_features(xs, ss, top).reshape(b, n, p - 1 - q)
+        D[:, :, 1:] = directional_stein_features(xs, ss, top).reshape(b, n, p - 1)
         del xs, ss
         scale = np.sqrt(np.mean(D**2, axis=1, keepdims=True))
         D /= np.where(scale > 0, scale, 1.0)
